@@ -1,0 +1,13 @@
+//! Backends: Redis (shared across instances) and in-memory (one process).
+//!
+//! A backend is a cheap-to-clone handle; each primitive is implemented for
+//! each backend through its own trait (for locks, [`LockBackend`](crate::lock::LockBackend)).
+
+mod memory;
+pub(crate) mod notify;
+mod pubsub;
+mod redis;
+
+pub use self::memory::MemoryBackend;
+pub use self::redis::{RedisBackend, RedisConfig};
+pub(crate) use self::pubsub::Subscription;

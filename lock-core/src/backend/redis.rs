@@ -1,0 +1,199 @@
+//! The Redis transport: one shared, multiplexed, auto-reconnecting connection,
+//! scripts sent by `EVALSHA`, every call bounded by a timeout.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, ScriptInvocation};
+
+use super::pubsub::{Subscriber, Subscription};
+use crate::error::{Error, Result};
+use crate::key::{KeySpace, Name};
+
+/// Settings of a [`RedisBackend`].
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::backend::RedisConfig;
+///
+/// let config = RedisConfig::default()
+///     .prefix("shop:")
+///     .unwrap()
+///     .response_timeout(Duration::from_millis(500));
+/// assert_eq!(config.keyspace().prefix(), "shop:");
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    keyspace: KeySpace,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            keyspace: KeySpace::default(),
+            response_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Prefix of every key written (default [`DEFAULT_PREFIX`](crate::key::DEFAULT_PREFIX)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a prefix with braces, control characters or
+    /// more than [`MAX_PREFIX_LEN`](crate::key::MAX_PREFIX_LEN) bytes.
+    pub fn prefix(mut self, prefix: impl AsRef<str>) -> Result<Self> {
+        self.keyspace = KeySpace::new(prefix)?;
+        Ok(self)
+    }
+
+    /// Longest wait for any one reply (default 2 s). A call that takes longer
+    /// fails with [`Error::Timeout`]. Zero is taken as 1 ms.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Longest wait for a connection to be made (default 2 s). Zero is taken as 1 ms.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The key space.
+    pub fn keyspace(&self) -> &KeySpace {
+        &self.keyspace
+    }
+
+    /// The response timeout.
+    pub fn get_response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+}
+
+/// A Redis backend: one shared multiplexed connection (cloning the backend
+/// shares it), plus one shared pub/sub subscriber for lock wake-ups.
+///
+/// Generic over the connection so a [`ConnectionManager`] (the default) and a
+/// cluster connection both fit.
+///
+/// ```no_run
+/// # async fn run() -> lock_core::Result<()> {
+/// use lock_core::backend::RedisBackend;
+///
+/// let backend = RedisBackend::connect("redis://127.0.0.1:6379").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend<C = ConnectionManager> {
+    conn: C,
+    keyspace: KeySpace,
+    timeout: Duration,
+    subscriber: Option<Subscriber>,
+}
+
+impl<C> fmt::Debug for RedisBackend<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("keyspace", &self.keyspace)
+            .field("timeout", &self.timeout)
+            .field("pubsub", &self.subscriber.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend<ConnectionManager> {
+    /// Connects to `url` with the default [`RedisConfig`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`] for a bad URL or a refused connection, [`Error::Timeout`]
+    /// when the server does not answer within the connect timeout.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(redis::Client::open(url)?, RedisConfig::default()).await
+    }
+
+    /// Connects with `client` and `config`: a [`ConnectionManager`] for commands
+    /// (reconnects on its own) and a pub/sub subscriber made on first use.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with(client: redis::Client, config: RedisConfig) -> Result<Self> {
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(config.connect_timeout);
+        let conn = tokio::time::timeout(
+            config.connect_timeout,
+            ConnectionManager::new_with_config(client.clone(), manager_config),
+        )
+        .await
+        .map_err(|_| Error::Timeout(config.connect_timeout))??;
+        Ok(Self::from_connection(conn, config).with_subscriber(client))
+    }
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Wraps an existing connection. Without [`with_subscriber`](Self::with_subscriber),
+    /// lock waiters poll (bounded by the holder's remaining TTL) instead of being
+    /// woken by pub/sub.
+    pub fn from_connection(conn: C, config: RedisConfig) -> Self {
+        RedisBackend {
+            conn,
+            keyspace: config.keyspace,
+            timeout: config.response_timeout,
+            subscriber: None,
+        }
+    }
+
+    /// Adds the shared pub/sub subscriber (connected on first use) that wakes
+    /// lock waiters when a lock is released.
+    pub fn with_subscriber(mut self, client: redis::Client) -> Self {
+        self.subscriber = Some(Subscriber::new(client, self.timeout));
+        self
+    }
+
+    /// A clone of the shared connection, for commands of your own.
+    pub fn connection(&self) -> C {
+        self.conn.clone()
+    }
+
+    /// The key space.
+    pub fn keyspace(&self) -> &KeySpace {
+        &self.keyspace
+    }
+
+    /// `<prefix>{<name>}:<suffix>`.
+    pub(crate) fn key(&self, name: &Name, suffix: &str) -> String {
+        self.keyspace.key(name, suffix)
+    }
+
+    /// The response timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs a script invocation (EVALSHA, loading the script on `NOSCRIPT`)
+    /// on the shared connection, bounded by the response timeout.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        }
+    }
+
+    pub(crate) fn subscription(&self, channel: String) -> Option<Subscription> {
+        self.subscriber.as_ref().map(|s| s.register(channel))
+    }
+}

@@ -1,0 +1,84 @@
+//! The one error type of this crate.
+//!
+//! "Busy" (a lock held by someone else) and "limited" (a rate limit reached) are
+//! *values*, not errors: [`Error`] is only for bad input and for a backend that
+//! failed or did not answer in time.
+
+use std::time::Duration;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a primitive.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A user-supplied name (lock name, key prefix, ...) was rejected.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name (cut to 64 characters).
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// An argument was out of range (zero TTL, zero quota, ...).
+    #[error("invalid argument `{argument}`: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        argument: &'static str,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// The backend did not answer within the configured timeout.
+    #[error("backend did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Redis returned an error or the connection failed.
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis answered with something a script of ours never returns.
+    #[error("unexpected reply from backend: {0}")]
+    UnexpectedReply(String),
+}
+
+impl Error {
+    /// True when the error comes from the backend being unreachable, failing or slow,
+    /// as opposed to bad input. Callers use it to choose a failure policy
+    /// (fail open / fail closed).
+    pub fn is_backend_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout(_) | Error::Redis(_) | Error::UnexpectedReply(_)
+        )
+    }
+
+    pub(crate) fn invalid_name(name: &str, reason: &'static str) -> Self {
+        Error::InvalidName {
+            name: name.chars().take(64).collect(),
+            reason,
+        }
+    }
+
+    pub(crate) fn invalid_argument(argument: &'static str, reason: &'static str) -> Self {
+        Error::InvalidArgument { argument, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_cut_in_errors() {
+        let name = "x".repeat(1000);
+        match Error::invalid_name(&name, "too long") {
+            Error::InvalidName { name, .. } => assert_eq!(name.len(), 64),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn backend_failures_are_classified() {
+        assert!(Error::Timeout(Duration::from_millis(1)).is_backend_failure());
+        assert!(!Error::invalid_argument("ttl", "zero").is_backend_failure());
+    }
+}

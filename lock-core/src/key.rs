@@ -1,0 +1,194 @@
+//! Key validation and naming.
+//!
+//! Every Redis key a primitive touches is built as `<prefix>{<name>}:<suffix>`.
+//! The braces make `<name>` the Redis Cluster *hash tag*, so all keys of one
+//! primitive instance live in the same slot and every script runs on a cluster.
+//!
+//! Names come from users (a lock per order id, a limit per IP address), so they
+//! are validated once, when a [`Name`] is made: non-empty, at most
+//! [`MAX_NAME_LEN`] bytes, no braces (they would break the hash tag) and no
+//! control characters. Bad input is a typed [`Error::InvalidName`], never a panic.
+//!
+//! ```
+//! use lock_core::key::{KeySpace, Name};
+//!
+//! let keys = KeySpace::new("shop:").unwrap();
+//! let name = Name::new("order:42").unwrap();
+//! assert_eq!(keys.key(&name, "lock"), "shop:{order:42}:lock");
+//! assert!(Name::new("").is_err());
+//! assert!(Name::new("a{b}").is_err());
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// Longest accepted name, in bytes.
+pub const MAX_NAME_LEN: usize = 512;
+/// Longest accepted key prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
+/// The prefix used when none is configured.
+pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// A validated, cheaply clonable user-supplied name.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(Arc<str>);
+
+impl Name {
+    /// Validates `name`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] when the name is empty, longer than [`MAX_NAME_LEN`]
+    /// bytes, or contains `{`, `}` or a control character.
+    pub fn new(name: impl AsRef<str>) -> Result<Self> {
+        let name = name.as_ref();
+        if name.is_empty() {
+            return Err(Error::invalid_name(name, "must not be empty"));
+        }
+        check_chars(name, MAX_NAME_LEN)?;
+        Ok(Name(Arc::from(name)))
+    }
+
+    /// The name as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<&str> for Name {
+    type Error = Error;
+    fn try_from(value: &str) -> Result<Self> {
+        Name::new(value)
+    }
+}
+
+impl TryFrom<String> for Name {
+    type Error = Error;
+    fn try_from(value: String) -> Result<Self> {
+        Name::new(value)
+    }
+}
+
+fn check_chars(s: &str, max: usize) -> Result<()> {
+    if s.len() > max {
+        return Err(Error::invalid_name(s, "too long"));
+    }
+    if s.contains(['{', '}']) {
+        return Err(Error::invalid_name(
+            s,
+            "must not contain `{` or `}` (they delimit the cluster hash tag)",
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Error::invalid_name(s, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// A key prefix; builds the hash-tagged keys of every primitive.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct KeySpace {
+    prefix: Arc<str>,
+}
+
+impl KeySpace {
+    /// A key space with the given prefix (may be empty).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] when the prefix is longer than [`MAX_PREFIX_LEN`]
+    /// bytes or contains braces or control characters.
+    pub fn new(prefix: impl AsRef<str>) -> Result<Self> {
+        let prefix = prefix.as_ref();
+        check_chars(prefix, MAX_PREFIX_LEN)?;
+        Ok(KeySpace {
+            prefix: Arc::from(prefix),
+        })
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `<prefix>{<name>}:<suffix>`.
+    pub fn key(&self, name: &Name, suffix: &str) -> String {
+        let mut key =
+            String::with_capacity(self.prefix.len() + name.as_str().len() + suffix.len() + 3);
+        key.push_str(&self.prefix);
+        key.push('{');
+        key.push_str(name.as_str());
+        key.push_str("}:");
+        key.push_str(suffix);
+        key
+    }
+}
+
+impl Default for KeySpace {
+    fn default() -> Self {
+        KeySpace {
+            prefix: Arc::from(DEFAULT_PREFIX),
+        }
+    }
+}
+
+impl fmt::Debug for KeySpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("KeySpace").field(&&*self.prefix).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_names() {
+        for bad in ["", "{", "}", "a{b", "new\nline", "tab\t"] {
+            assert!(
+                matches!(Name::new(bad), Err(Error::InvalidName { .. })),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(Name::new("x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(matches!(
+            Name::new("x".repeat(MAX_NAME_LEN + 1)),
+            Err(Error::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn accepts_unicode_and_punctuation() {
+        let name = Name::new("user:Zoë/42 [a]").unwrap();
+        assert_eq!(name.as_str(), "user:Zoë/42 [a]");
+    }
+
+    #[test]
+    fn keys_share_the_hash_tag() {
+        let ks = KeySpace::default();
+        let n = Name::new("n").unwrap();
+        assert_eq!(ks.key(&n, "lock"), "lock:{n}:lock");
+        assert_eq!(ks.key(&n, "fence"), "lock:{n}:fence");
+        assert!(KeySpace::new("").is_ok());
+        assert!(KeySpace::new("a}").is_err());
+        assert!(KeySpace::new("p".repeat(MAX_PREFIX_LEN + 1)).is_err());
+    }
+}

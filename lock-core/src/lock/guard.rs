@@ -1,0 +1,191 @@
+//! The guard of a held lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::watchdog::{self, LeaseState};
+use super::{Lease, LockBackend, MAX_LEASE};
+use crate::error::{Error, Result};
+use crate::key::Name;
+
+/// A held lock. Dropping it releases the lock in the background (on the
+/// runtime it was taken on); [`release`](Self::release) does it in the
+/// foreground and says whether we still owned it.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard<B: LockBackend> {
+    backend: B,
+    name: Name,
+    token: Arc<str>,
+    fence: Option<u64>,
+    state: Arc<LeaseState>,
+    watchdog: Option<AbortHandle>,
+    runtime: Option<Handle>,
+    released: bool,
+}
+
+impl<B: LockBackend> std::fmt::Debug for LockGuard<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("fence", &self.fence)
+            .field("watchdog", &self.watchdog.is_some())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: LockBackend> LockGuard<B> {
+    pub(super) fn new(
+        backend: B,
+        name: Name,
+        token: Arc<str>,
+        fence: Option<u64>,
+        lease: Lease,
+        requested_at: Instant,
+    ) -> Self {
+        let state = Arc::new(LeaseState::new(requested_at + lease.duration()));
+        let watchdog = match lease {
+            Lease::Watchdog(d) => Some(watchdog::spawn(
+                backend.clone(),
+                name.clone(),
+                token.clone(),
+                d,
+                state.clone(),
+            )),
+            Lease::Fixed(_) => None,
+        };
+        LockGuard {
+            backend,
+            name,
+            token,
+            fence,
+            state,
+            watchdog,
+            runtime: Handle::try_current().ok(),
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// The owner token stored under the lock key (128 random bits, hex).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The fencing token of this acquisition, when the lock was built with
+    /// [`LockOptions::fencing`](super::LockOptions::fencing). Later
+    /// acquisitions of the same lock get larger tokens.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// How much longer the lease is known to be valid (zero once lost).
+    pub fn valid_for(&self) -> Duration {
+        if self.state.is_lost() {
+            return Duration::ZERO;
+        }
+        self.state
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lease is lost: renewal found the lock gone or taken, or the
+    /// lease ran out.
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost()
+    }
+
+    /// Completes when the lease is lost. Use it to stop work that must not run
+    /// without the lock:
+    ///
+    /// ```
+    /// # async fn run(guard: lock_core::lock::LockGuard<lock_core::backend::MemoryBackend>) {
+    /// tokio::select! {
+    ///     () = guard.lost() => eprintln!("lease lost, giving up"),
+    ///     () = async { /* critical section */ } => {}
+    /// }
+    /// # }
+    /// ```
+    pub async fn lost(&self) {
+        self.state.lost().await;
+    }
+
+    /// Sets the lease to `ttl` from now, if we still own the lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero or over-long `ttl`; backend failures.
+    pub async fn extend(&self, ttl: Duration) -> Result<bool> {
+        if ttl.is_zero() || ttl > MAX_LEASE {
+            return Err(Error::invalid_argument(
+                "ttl",
+                "must be between 1 ms and a year",
+            ));
+        }
+        let started = Instant::now();
+        let extended = self.backend.extend(&self.name, &self.token, ttl).await?;
+        if extended {
+            self.state.renewed(started + ttl);
+        } else {
+            self.state.mark_lost();
+        }
+        Ok(extended)
+    }
+
+    /// Releases the lock; `Ok(false)` when it was no longer ours (it expired,
+    /// or was taken over).
+    ///
+    /// # Errors
+    /// Backend failures; the lock is then released in the background again and
+    /// expires at the end of its lease at the latest.
+    pub async fn release(mut self) -> Result<bool> {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+        let released = self.backend.release(&self.name, &self.token).await?;
+        self.released = true;
+        self.state.mark_lost();
+        Ok(released)
+    }
+}
+
+impl<B: LockBackend> Drop for LockGuard<B> {
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+        if !self.released {
+            release_in_background(
+                self.backend.clone(),
+                self.name.clone(),
+                self.token.clone(),
+                self.runtime.take(),
+            );
+        }
+    }
+}
+
+/// Releases `name` for `token` on `runtime` (or the current one), logging failures.
+pub(super) fn release_in_background<B: LockBackend>(
+    backend: B,
+    name: Name,
+    token: Arc<str>,
+    runtime: Option<Handle>,
+) {
+    let Some(runtime) = runtime.or_else(|| Handle::try_current().ok()) else {
+        tracing::warn!(lock = %name, "no tokio runtime to release the lock on; it expires with its lease");
+        return;
+    };
+    runtime.spawn(async move {
+        if let Err(error) = backend.release(&name, &token).await {
+            tracing::warn!(lock = %name, %error, "background lock release failed; it expires with its lease");
+        }
+    });
+}

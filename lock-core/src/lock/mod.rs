@@ -1,0 +1,385 @@
+//! Distributed mutual exclusion.
+//!
+//! A [`Lock`] is a handle on one named lock; [`Lock::try_lock`] and
+//! [`Lock::lock`] return a [`LockGuard`] when it was taken, `None` when it is
+//! busy (busy is a value, not an error).
+//!
+//! On Redis the lock is the classic `SET key token NX PX ttl` with a random
+//! 128-bit token as the whole value, released by a compare-and-delete script,
+//! so other clients that follow the same convention on the same key interoperate.
+//!
+//! * **Lease**: a fixed TTL ([`LockOptions::lease`]), or a watchdog
+//!   ([`LockOptions::watchdog`], the default: 30 s renewed every 10 s while the
+//!   guard lives). [`LockGuard::lost`] completes when the lease is lost.
+//! * **Waiting**: waiters are woken through pub/sub (one shared subscriber per
+//!   client); a missed wake-up costs at most the holder's remaining TTL.
+//! * **Release**: [`LockGuard::release`] says whether we still owned the lock;
+//!   dropping the guard releases it in the background; a cancelled
+//!   [`Lock::lock`] that may have taken the lock cleans up the same way.
+//! * **Fencing**: with [`LockOptions::fencing`], each acquisition carries a
+//!   monotonically increasing [`LockGuard::fencing_token`].
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! use std::time::Duration;
+//! use lock_core::backend::MemoryBackend;
+//! use lock_core::lock::{Lock, LockOptions};
+//!
+//! let backend = MemoryBackend::new();
+//! let options = LockOptions::new().lease(Duration::from_secs(5)).fencing(true);
+//! let lock = Lock::with_options(backend, "order:42", options)?;
+//!
+//! let guard = lock.lock(Duration::from_secs(1)).await?.expect("free");
+//! assert!(lock.try_lock().await?.is_none()); // busy: a value, not an error
+//! assert!(guard.fencing_token().is_some());
+//! assert!(guard.release().await?); // we still owned it
+//! # Ok(()) }
+//! ```
+
+mod guard;
+pub(crate) mod memory;
+mod redis;
+mod watchdog;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use self::guard::LockGuard;
+pub use self::memory::MemoryWaiter;
+pub use self::redis::RedisWaiter;
+use crate::error::{Error, Result};
+use crate::key::Name;
+
+/// Result of one acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attempt {
+    /// The lock is ours.
+    Acquired {
+        /// The fencing token, when one was asked for.
+        fence: Option<u64>,
+    },
+    /// Someone else holds it.
+    Busy {
+        /// When the holder's lease runs out, if it has one.
+        retry_in: Option<Duration>,
+    },
+}
+
+/// A store that can hold plain locks. Implemented by
+/// [`RedisBackend`](crate::backend::RedisBackend) and
+/// [`MemoryBackend`](crate::backend::MemoryBackend); [`Lock`] builds on it.
+///
+/// Each method is one round trip to the store.
+pub trait LockBackend: Clone + Send + Sync + 'static {
+    /// What waits for a release of one name.
+    type Waiter: ReleaseWaiter;
+
+    /// Takes `name` for `token` for `lease` if it is free.
+    fn acquire(
+        &self,
+        name: &Name,
+        token: &str,
+        lease: Duration,
+        fencing: bool,
+    ) -> impl Future<Output = Result<Attempt>> + Send;
+
+    /// Releases `name` if `token` still holds it; says whether it did.
+    fn release(&self, name: &Name, token: &str) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Sets the lease of `name` to `lease` from now if `token` still holds it.
+    fn extend(
+        &self,
+        name: &Name,
+        token: &str,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Releases `name` whoever holds it; says whether it was held.
+    fn force_release(&self, name: &Name) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Registers interest in releases of `name`.
+    fn waiter(&self, name: &Name) -> Self::Waiter;
+}
+
+/// Waits for a lock to be released.
+pub trait ReleaseWaiter: Send + 'static {
+    /// Called before each attempt: a release after this call wakes the next
+    /// [`wait`](Self::wait).
+    fn arm(&mut self) -> impl Future<Output = ()> + Send;
+    /// Waits for a release at most `max`.
+    fn wait(&mut self, max: Duration) -> impl Future<Output = ()> + Send;
+}
+
+/// How long a lock is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// The lock expires this long after it was taken unless extended by hand.
+    Fixed(Duration),
+    /// The lock is held for this long and renewed every third of it while the
+    /// guard lives.
+    Watchdog(Duration),
+}
+
+impl Lease {
+    /// The lease duration.
+    pub fn duration(self) -> Duration {
+        match self {
+            Lease::Fixed(d) | Lease::Watchdog(d) => d,
+        }
+    }
+}
+
+/// Longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Default watchdog lease.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// Options of a [`Lock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    lease: Lease,
+    fencing: bool,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LockOptions {
+    /// Watchdog lease of [`DEFAULT_LEASE`], no fencing tokens.
+    pub const fn new() -> Self {
+        LockOptions {
+            lease: Lease::Watchdog(DEFAULT_LEASE),
+            fencing: false,
+        }
+    }
+
+    /// A fixed lease: the lock expires `ttl` after it was taken.
+    pub const fn lease(mut self, ttl: Duration) -> Self {
+        self.lease = Lease::Fixed(ttl);
+        self
+    }
+
+    /// A watchdog lease: held for `lease`, renewed every `lease / 3` while the
+    /// guard lives.
+    pub const fn watchdog(mut self, lease: Duration) -> Self {
+        self.lease = Lease::Watchdog(lease);
+        self
+    }
+
+    /// Whether each acquisition returns a fencing token.
+    pub const fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// The lease.
+    pub const fn get_lease(&self) -> Lease {
+        self.lease
+    }
+
+    fn validate(&self) -> Result<()> {
+        let (d, min) = match self.lease {
+            Lease::Fixed(d) => (d, Duration::from_millis(1)),
+            Lease::Watchdog(d) => (d, Duration::from_millis(3)),
+        };
+        if d < min {
+            return Err(Error::invalid_argument(
+                "lease",
+                "must be at least 1 ms (3 ms with a watchdog)",
+            ));
+        }
+        if d > MAX_LEASE {
+            return Err(Error::invalid_argument("lease", "must be at most a year"));
+        }
+        Ok(())
+    }
+}
+
+/// A handle on one named distributed lock. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Lock<B> {
+    backend: B,
+    name: Name,
+    options: LockOptions,
+}
+
+impl<B: LockBackend> Lock<B> {
+    /// A lock named `name` with default options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or oversized name, or one with braces.
+    pub fn new(backend: B, name: impl AsRef<str>) -> Result<Self> {
+        Self::with_options(backend, name, LockOptions::new())
+    }
+
+    /// A lock named `name` with `options`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a bad name, [`Error::InvalidArgument`] for a
+    /// zero lease or one longer than [`MAX_LEASE`].
+    pub fn with_options(backend: B, name: impl AsRef<str>, options: LockOptions) -> Result<Self> {
+        let name = Name::new(name)?;
+        options.validate()?;
+        Ok(Lock {
+            backend,
+            name,
+            options,
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// The lock's options.
+    pub fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    /// Takes the lock if it is free, without waiting.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn try_lock(&self) -> Result<Option<LockGuard<B>>> {
+        self.lock(Duration::ZERO).await
+    }
+
+    /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when it was
+    /// still busy. Cancel-safe: dropping the future releases anything it may
+    /// have taken.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn lock(&self, wait: Duration) -> Result<Option<LockGuard<B>>> {
+        let deadline = Instant::now() + wait.min(MAX_LEASE);
+        let token: Arc<str> = new_token().into();
+        let lease = self.options.lease.duration();
+        let mut cleanup = Cleanup {
+            backend: &self.backend,
+            name: &self.name,
+            token: token.clone(),
+            armed: false,
+        };
+        let mut waiter: Option<B::Waiter> = None;
+        loop {
+            if let Some(waiter) = waiter.as_mut() {
+                waiter.arm().await;
+            }
+            let started = Instant::now();
+            cleanup.armed = true;
+            let attempt = self
+                .backend
+                .acquire(&self.name, &token, lease, self.options.fencing)
+                .await?;
+            match attempt {
+                Attempt::Acquired { fence } => {
+                    cleanup.armed = false;
+                    return Ok(Some(LockGuard::new(
+                        self.backend.clone(),
+                        self.name.clone(),
+                        token.clone(),
+                        fence,
+                        self.options.lease,
+                        started,
+                    )));
+                }
+                Attempt::Busy { retry_in } => {
+                    cleanup.armed = false;
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(None);
+                    }
+                    match waiter.as_mut() {
+                        // First miss: subscribe, then retry at once so a
+                        // release during the subscription is not missed.
+                        None => waiter = Some(self.backend.waiter(&self.name)),
+                        Some(waiter) => {
+                            let mut max = deadline - now;
+                            if let Some(ttl) = retry_in {
+                                max = max.min(ttl + Duration::from_millis(1));
+                            }
+                            waiter.wait(max).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases the lock whoever holds it (administrative unlock); says whether
+    /// it was held. The holder learns of it at its next renewal.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.backend.force_release(&self.name).await
+    }
+}
+
+/// Releases what an interrupted acquisition may have taken.
+struct Cleanup<'a, B: LockBackend> {
+    backend: &'a B,
+    name: &'a Name,
+    token: Arc<str>,
+    armed: bool,
+}
+
+impl<B: LockBackend> Drop for Cleanup<'_, B> {
+    fn drop(&mut self) {
+        if self.armed {
+            guard::release_in_background(
+                self.backend.clone(),
+                self.name.clone(),
+                self.token.clone(),
+                tokio::runtime::Handle::try_current().ok(),
+            );
+        }
+    }
+}
+
+/// 128 random bits, hex-encoded.
+fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemoryBackend;
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_distinct() {
+        let a = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, new_token());
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let b = MemoryBackend::new();
+        for options in [
+            LockOptions::new().lease(Duration::ZERO),
+            LockOptions::new().watchdog(Duration::from_millis(2)),
+            LockOptions::new().lease(MAX_LEASE + Duration::from_secs(1)),
+        ] {
+            assert!(matches!(
+                Lock::with_options(b.clone(), "n", options),
+                Err(Error::InvalidArgument { .. })
+            ));
+        }
+        assert!(matches!(
+            Lock::new(b, ""),
+            Err(Error::InvalidName { .. })
+        ));
+    }
+}

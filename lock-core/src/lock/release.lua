@@ -1,0 +1,9 @@
+-- Compare-and-delete: release only if we still own the lock, then wake waiters.
+-- KEYS[1] lock key; ARGV[1] token, ARGV[2] wake-up channel
+-- Returns 1 when released, 0 when the lock was not ours (expired or taken).
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0

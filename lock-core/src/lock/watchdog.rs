@@ -1,0 +1,101 @@
+//! Lease state shared by a guard and its watchdog, and the watchdog itself.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::LockBackend;
+use crate::key::Name;
+
+/// How long the lease is known to be valid (measured on the monotonic clock
+/// from *before* the request that granted or renewed it), and whether it has
+/// been found lost.
+#[derive(Debug)]
+pub(super) struct LeaseState {
+    lost: CancellationToken,
+    valid_until: Mutex<Instant>,
+}
+
+impl LeaseState {
+    pub(super) fn new(valid_until: Instant) -> Self {
+        LeaseState {
+            lost: CancellationToken::new(),
+            valid_until: Mutex::new(valid_until),
+        }
+    }
+
+    pub(super) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn renewed(&self, valid_until: Instant) {
+        *self.valid_until.lock().unwrap_or_else(PoisonError::into_inner) = valid_until;
+    }
+
+    pub(super) fn mark_lost(&self) {
+        self.lost.cancel();
+    }
+
+    pub(super) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled() || self.valid_until() <= Instant::now()
+    }
+
+    /// Completes when the lease is marked lost or runs out.
+    pub(super) async fn lost(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                () = self.lost.cancelled() => return,
+                () = tokio::time::sleep_until(until) => {
+                    if self.valid_until() <= Instant::now() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Renews the lease every `lease / 3` until aborted; marks it lost when the
+/// lock turns out not to be ours or the lease runs out before a renewal
+/// succeeds. Failed renewals are retried sooner.
+pub(super) fn spawn<B: LockBackend>(
+    backend: B,
+    name: Name,
+    token: std::sync::Arc<str>,
+    lease: Duration,
+    state: std::sync::Arc<LeaseState>,
+) -> AbortHandle {
+    let period = lease / 3;
+    tokio::spawn(async move {
+        let mut next = period;
+        loop {
+            tokio::time::sleep(next).await;
+            let started = Instant::now();
+            match backend.extend(&name, &token, lease).await {
+                Ok(true) => {
+                    state.renewed(started + lease);
+                    next = period;
+                }
+                Ok(false) => {
+                    tracing::warn!(lock = %name, "lock lease lost: held by someone else or expired");
+                    state.mark_lost();
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(lock = %name, %error, "lock lease renewal failed");
+                    next = period / 4;
+                }
+            }
+            if state.valid_until() <= Instant::now() {
+                tracing::warn!(lock = %name, "lock lease ran out before it could be renewed");
+                state.mark_lost();
+                return;
+            }
+        }
+    })
+    .abort_handle()
+}

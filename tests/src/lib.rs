@@ -1,0 +1,34 @@
+//! Test harness: real `redis-server` processes ([`RedisServer`]), the
+//! conformance suites every backend must pass ([`lock_suite`]), and helpers
+//! for end-to-end tests.
+//!
+//! ```no_run
+//! use lock_tests::RedisServer;
+//!
+//! let mut server = RedisServer::start(); // panics, with an install hint, if it cannot
+//! let url = server.url();
+//! server.pause();   // SIGSTOP: nothing answers
+//! server.resume();
+//! server.restart(); // same port
+//! ```
+
+pub mod lock_suite;
+mod server;
+
+pub use server::{RedisServer, SERVER_BIN_ENV, ServerOptions, server_binary};
+
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 5 ms until it holds or `within` passes; says whether it held.
+pub async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
