@@ -99,7 +99,10 @@ fn check_chars(s: &str, max: usize) -> Result<()> {
         ));
     }
     if s.chars().any(char::is_control) {
-        return Err(Error::invalid_name(s, "must not contain control characters"));
+        return Err(Error::invalid_name(
+            s,
+            "must not contain control characters",
+        ));
     }
     Ok(())
 }

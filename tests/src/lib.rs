@@ -1,5 +1,5 @@
 //! Test harness: real `redis-server` processes ([`RedisServer`]), the
-//! conformance suites every backend must pass ([`lock_suite`]), and helpers
+//! conformance suites every backend must pass ([`mod@lock_suite`]), and helpers
 //! for end-to-end tests.
 //!
 //! ```no_run

@@ -110,7 +110,10 @@ impl RedisServer {
                 Err(e) => last_error = e,
             }
         }
-        panic!("redis-server ({}) did not start: {last_error}", binary.display());
+        panic!(
+            "redis-server ({}) did not start: {last_error}",
+            binary.display()
+        );
     }
 
     fn spawn(&mut self) -> Result<(), String> {
@@ -142,11 +145,9 @@ impl RedisServer {
             if ping(self.port) {
                 return Ok(());
             }
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!("exited with {status}; log: {}", self.log()));
-                }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Err(format!("exited with {status}; log: {}", self.log()));
             }
             if Instant::now() > deadline {
                 return Err(format!("no answer within 10 s; log: {}", self.log()));

@@ -70,8 +70,14 @@ async fn run<B: LockBackend>(backend: B) -> Result<(), Box<dyn std::error::Error
     let total = counter.load(Ordering::SeqCst);
     println!("workers:              {WORKERS}");
     println!("critical sections:    {}", WORKERS * ROUNDS);
-    println!("counter:              {total} (lost updates: {})", WORKERS * ROUNDS - total);
-    println!("last fencing token:   {}", last_fence.load(Ordering::SeqCst));
+    println!(
+        "counter:              {total} (lost updates: {})",
+        WORKERS * ROUNDS - total
+    );
+    println!(
+        "last fencing token:   {}",
+        last_fence.load(Ordering::SeqCst)
+    );
     println!(
         "throughput:           {:.0} lock handoffs/s",
         (WORKERS * ROUNDS) as f64 / elapsed.as_secs_f64()

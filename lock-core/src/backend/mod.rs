@@ -9,5 +9,5 @@ mod pubsub;
 mod redis;
 
 pub use self::memory::MemoryBackend;
-pub use self::redis::{RedisBackend, RedisConfig};
 pub(crate) use self::pubsub::Subscription;
+pub use self::redis::{RedisBackend, RedisConfig};

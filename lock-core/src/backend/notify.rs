@@ -43,7 +43,9 @@ impl Waiters {
     pub(crate) fn wake(&self, key: &str) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = map.get(key) {
-            entry.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+            entry
+                .tx
+                .send_modify(|generation| *generation = generation.wrapping_add(1));
         }
     }
 
@@ -51,7 +53,9 @@ impl Waiters {
     pub(crate) fn wake_all(&self) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         for entry in map.values() {
-            entry.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+            entry
+                .tx
+                .send_modify(|generation| *generation = generation.wrapping_add(1));
         }
     }
 
@@ -64,7 +68,10 @@ impl Waiters {
     /// Number of keys with at least one waiter.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     fn unregister(&self, key: &str) {

@@ -42,12 +42,10 @@ impl LockTable {
         if self.acquisitions.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             held.retain(|_, h| h.expires > now);
         }
-        if let Some(h) = held.get(name) {
-            if h.expires > now {
-                return Attempt::Busy {
-                    retry_in: Some(h.expires - now),
-                };
-            }
+        if let Some(h) = held.get(name).filter(|h| h.expires > now) {
+            return Attempt::Busy {
+                retry_in: Some(h.expires - now),
+            };
         }
         held.insert(
             name.clone(),
@@ -172,7 +170,11 @@ mod tests {
         for _ in 0..SWEEP_EVERY {
             table.acquire(&name, "t", Duration::from_secs(10), false);
         }
-        assert!(table.held().len() <= 2, "held {} entries", table.held().len());
+        assert!(
+            table.held().len() <= 2,
+            "held {} entries",
+            table.held().len()
+        );
         assert_eq!(table.len(), 1);
     }
 }

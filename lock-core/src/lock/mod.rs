@@ -377,9 +377,6 @@ mod tests {
                 Err(Error::InvalidArgument { .. })
             ));
         }
-        assert!(matches!(
-            Lock::new(b, ""),
-            Err(Error::InvalidName { .. })
-        ));
+        assert!(matches!(Lock::new(b, ""), Err(Error::InvalidName { .. })));
     }
 }

@@ -28,11 +28,17 @@ impl LeaseState {
     }
 
     pub(super) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(PoisonError::into_inner)
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(super) fn renewed(&self, valid_until: Instant) {
-        *self.valid_until.lock().unwrap_or_else(PoisonError::into_inner) = valid_until;
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = valid_until;
     }
 
     pub(super) fn mark_lost(&self) {
