@@ -3,6 +3,8 @@
 //!
 //! * [`lock`]: distributed mutual exclusion (SET NX PX + token, compare-and-delete
 //!   release, watchdog leases, pub/sub wake-ups, fencing tokens).
+//! * [`rate`]: rate limiting (fixed window, sliding window, GCRA), several quotas
+//!   in one atomic call, a cost per call.
 //! * [`backend`]: the Redis backend (one shared multiplexed connection, scripts by
 //!   `EVALSHA`) and the in-memory backend, the embedded default.
 //! * [`key`]: validated names and hash-tagged keys (`<prefix>{<name>}:<suffix>`).
@@ -26,5 +28,6 @@ pub mod backend;
 pub mod error;
 pub mod key;
 pub mod lock;
+pub mod rate;
 
 pub use error::{Error, Result};

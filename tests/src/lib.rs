@@ -1,5 +1,6 @@
 //! Test harness: real `redis-server` processes ([`RedisServer`]), the
-//! conformance suites every backend must pass ([`mod@lock_suite`]), and helpers
+//! conformance suites every backend must pass ([`mod@lock_suite`],
+//! [`mod@rate_suite`]), and helpers
 //! for end-to-end tests.
 //!
 //! ```no_run
@@ -13,6 +14,7 @@
 //! ```
 
 pub mod lock_suite;
+pub mod rate_suite;
 mod server;
 
 pub use server::{RedisServer, SERVER_BIN_ENV, ServerOptions, server_binary};

@@ -4,10 +4,13 @@
 use std::sync::Arc;
 
 use crate::lock::memory::LockTable;
+pub use crate::rate::memory::DEFAULT_MAX_KEYS;
+use crate::rate::memory::RateTable;
 
 #[derive(Default)]
 pub(crate) struct MemoryInner {
     pub(crate) locks: LockTable,
+    pub(crate) rates: RateTable,
 }
 
 /// In-memory backend. Cloning shares the state.
@@ -26,6 +29,18 @@ impl MemoryBackend {
     /// A new, empty backend.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A backend that keeps at most `max_keys` live rate-limit keys (default
+    /// [`DEFAULT_MAX_KEYS`]). Past the cap, expired keys are dropped first, then
+    /// arbitrary live ones (their limits start afresh), so memory stays flat.
+    pub fn with_max_keys(max_keys: usize) -> Self {
+        MemoryBackend {
+            inner: Arc::new(MemoryInner {
+                rates: RateTable::new(max_keys),
+                ..MemoryInner::default()
+            }),
+        }
     }
 }
 

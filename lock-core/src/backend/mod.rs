@@ -8,6 +8,6 @@ pub(crate) mod notify;
 mod pubsub;
 mod redis;
 
-pub use self::memory::MemoryBackend;
+pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend};
 pub(crate) use self::pubsub::Subscription;
 pub use self::redis::{RedisBackend, RedisConfig};

@@ -1,0 +1,40 @@
+-- Fixed window over several quotas, all or nothing.
+-- KEYS[i]: the counter of quota i (window starts at its first hit).
+-- ARGV[1]: cost (0 = just look); ARGV[2i], ARGV[2i+1]: limit, period in ms.
+-- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
+local cost = tonumber(ARGV[1])
+local counts, ttls, limits = {}, {}, {}
+local allowed = 1
+for i = 1, #KEYS do
+  local limit, period = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl == -2 then
+    count, ttl = 0, 0
+    if cost > 0 then ttl = period end
+  elseif ttl == -1 then
+    -- A counter without a TTL would block forever: repair it.
+    redis.call('PEXPIRE', KEYS[i], period)
+    ttl = period
+  end
+  counts[i], ttls[i], limits[i] = count, ttl, limit
+  if count + cost > limit then allowed = 0 end
+end
+local best
+if allowed == 1 then
+  for i = 1, #KEYS do
+    if cost > 0 then
+      local v = redis.call('INCRBY', KEYS[i], cost)
+      if v == cost then redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2 * i + 1])) end
+      counts[i] = v
+    end
+    if best == nil or limits[i] - counts[i] < limits[best] - counts[best] then best = i end
+  end
+  return {1, best - 1, limits[best] - counts[best], ttls[best] * 1000, 0}
+end
+for i = 1, #KEYS do
+  if counts[i] + cost > limits[i] and (best == nil or ttls[i] > ttls[best]) then best = i end
+end
+local remaining = limits[best] - counts[best]
+if remaining < 0 then remaining = 0 end
+return {0, best - 1, remaining, ttls[best] * 1000, ttls[best] * 1000}

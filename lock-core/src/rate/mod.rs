@@ -1,0 +1,161 @@
+//! Rate limiting: fixed window, sliding window and GCRA, on Redis and in memory.
+//!
+//! A [`RateLimiter`] checks a key (an IP address, a user id, a route) against a
+//! [`Policy`]: an [`Algorithm`] and one or more [`Quota`]s, all checked in one
+//! atomic call (one `EVALSHA` on Redis). A call is allowed only if every quota
+//! allows it, and a refused call consumes nothing from any quota. Each call
+//! has a cost (default 1; 0 just looks).
+//!
+//! The answer is a [`Decision`] value, never an error: an error means bad input
+//! or a backend that failed.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! use std::num::NonZeroU32;
+//! use lock_core::backend::MemoryBackend;
+//! use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+//!
+//! let policy = Policy::new(Algorithm::Gcra)
+//!     .quota(Quota::per_second(NonZeroU32::new(2).unwrap()));
+//! let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy)?;
+//!
+//! assert!(limiter.check("10.0.0.1").await?.allowed);
+//! assert!(limiter.check("10.0.0.1").await?.allowed);
+//! let third = limiter.check("10.0.0.1").await?;
+//! assert!(!third.allowed);
+//! assert!(third.retry_after > std::time::Duration::ZERO);
+//! assert!(limiter.check("10.0.0.2").await?.allowed); // keys are independent
+//! # Ok(()) }
+//! ```
+
+pub(crate) mod memory;
+mod quota;
+mod redis;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use self::quota::{Algorithm, MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
+use crate::error::Result;
+use crate::key::Name;
+
+/// The answer to "may this go ahead?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the call was allowed (and its cost consumed).
+    pub allowed: bool,
+    /// The limit of the deciding quota.
+    pub limit: u32,
+    /// Cost still available under the deciding quota right now.
+    pub remaining: u32,
+    /// Time until the deciding quota is fully available again.
+    pub reset_after: Duration,
+    /// When refused: wait at least this long before the same call can be
+    /// allowed (if nobody else consumes meanwhile). Zero when allowed.
+    pub retry_after: Duration,
+    /// The deciding quota: the one that refused (the one with the longest
+    /// wait, if several did), or when allowed the one with the least remaining.
+    pub quota: Quota,
+}
+
+/// A store that can run rate-limit decisions. Implemented by
+/// [`RedisBackend`](crate::backend::RedisBackend) and
+/// [`MemoryBackend`](crate::backend::MemoryBackend).
+pub trait RateBackend: Clone + Send + Sync + 'static {
+    /// Checks `name` against every quota of `policy` at once, consuming `cost`
+    /// from all of them only if all allow it. `policy` is valid and `cost` is
+    /// at most its smallest limit.
+    fn check(
+        &self,
+        name: &Name,
+        policy: &Policy,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision>> + Send;
+}
+
+/// A rate limiter: a scope name (so several limiters can share a backend), a
+/// policy, and a backend. Cheap to clone; clones share state.
+#[derive(Debug, Clone)]
+pub struct RateLimiter<B> {
+    backend: B,
+    scope: Name,
+    policy: Arc<Policy>,
+}
+
+impl<B: RateBackend> RateLimiter<B> {
+    /// A limiter named `scope` enforcing `policy`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad scope;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a policy
+    /// with no quota, more than [`MAX_QUOTAS`], or a GCRA quota finer than one
+    /// unit per microsecond.
+    pub fn new(backend: B, scope: impl AsRef<str>, policy: Policy) -> Result<Self> {
+        policy.validate()?;
+        Ok(RateLimiter {
+            backend,
+            scope: Name::new(scope)?,
+            policy: Arc::new(policy),
+        })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The scope name.
+    pub fn scope(&self) -> &Name {
+        &self.scope
+    }
+
+    /// Checks one unit of cost for `key`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for an empty, oversized
+    /// or braced key; backend failures.
+    pub async fn check(&self, key: &str) -> Result<Decision> {
+        self.check_cost(key, 1).await
+    }
+
+    /// Checks `cost` units for `key` (0 looks without consuming).
+    ///
+    /// # Errors
+    /// As [`check`](Self::check), and
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `cost`
+    /// exceeds the smallest limit (such a call could never be allowed).
+    pub async fn check_cost(&self, key: &str, cost: u32) -> Result<Decision> {
+        self.policy.check_cost(cost)?;
+        let name = quota::scoped_name(self.scope.as_str(), key)?;
+        self.backend.check(&name, &self.policy, cost).await
+    }
+}
+
+/// Builds a decision from the raw answer shared by both backends.
+pub(crate) fn decision(
+    policy: &Policy,
+    allowed: bool,
+    index: usize,
+    remaining: u64,
+    reset_us: u64,
+    retry_us: u64,
+) -> Decision {
+    let quota = policy.quotas()[index.min(policy.quotas().len() - 1)].clone();
+    Decision {
+        allowed,
+        limit: quota.limit(),
+        remaining: u32::try_from(remaining)
+            .unwrap_or(u32::MAX)
+            .min(quota.limit()),
+        reset_after: Duration::from_micros(reset_us),
+        retry_after: if allowed {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(retry_us.max(1))
+        },
+        quota,
+    }
+}

@@ -1,0 +1,264 @@
+//! Quotas and policies: what a rate limiter enforces.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::key::Name;
+
+/// "`limit` per `period`": at most `limit` units of cost in any period (the
+/// burst), replenished over the period. Invalid quotas cannot be built: the
+/// limit is a [`NonZeroU32`] and the period is checked to be at least 1 ms.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use lock_core::rate::Quota;
+///
+/// let ten = NonZeroU32::new(10).unwrap();
+/// let q = Quota::per_second(ten).named("burst");
+/// assert_eq!(q.limit(), 10);
+/// assert_eq!(q.period(), Duration::from_secs(1));
+/// assert!(Quota::new(ten, Duration::ZERO).is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: NonZeroU32,
+    period: Duration,
+    name: Option<Arc<str>>,
+}
+
+/// Longest period accepted (one year).
+pub const MAX_PERIOD: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl Quota {
+    /// `limit` per second.
+    pub const fn per_second(limit: NonZeroU32) -> Self {
+        Self::from_parts(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` per minute.
+    pub const fn per_minute(limit: NonZeroU32) -> Self {
+        Self::from_parts(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` per hour.
+    pub const fn per_hour(limit: NonZeroU32) -> Self {
+        Self::from_parts(limit, Duration::from_secs(3600))
+    }
+
+    /// `limit` per day.
+    pub const fn per_day(limit: NonZeroU32) -> Self {
+        Self::from_parts(limit, Duration::from_secs(86_400))
+    }
+
+    /// `limit` per `period`; `None` when the period is under 1 ms, not a whole
+    /// number of milliseconds, or over [`MAX_PERIOD`].
+    pub fn new(limit: NonZeroU32, period: Duration) -> Option<Self> {
+        let whole_ms = period.subsec_nanos().is_multiple_of(1_000_000);
+        (period >= Duration::from_millis(1) && period <= MAX_PERIOD && whole_ms)
+            .then(|| Self::from_parts(limit, period))
+    }
+
+    const fn from_parts(limit: NonZeroU32, period: Duration) -> Self {
+        Quota {
+            limit,
+            period,
+            name: None,
+        }
+    }
+
+    /// Names the quota (shown in `RateLimit-Policy` headers by the adapters).
+    pub fn named(mut self, name: impl AsRef<str>) -> Self {
+        self.name = Some(Arc::from(name.as_ref()));
+        self
+    }
+
+    /// The limit (also the burst).
+    pub const fn limit(&self) -> u32 {
+        self.limit.get()
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The name, if one was given.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    pub(crate) fn period_ms(&self) -> u64 {
+        // Bounded by MAX_PERIOD, so it fits.
+        self.period.as_millis() as u64
+    }
+}
+
+/// The rate-limiting algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Counts cost in windows that start at the first hit and last one period
+    /// (`INCR` + `EXPIRE`). Cheapest; allows up to twice the limit across a
+    /// window boundary.
+    FixedWindow,
+    /// Weighs the previous aligned window by how much of it still overlaps the
+    /// last period, plus the current window. Smooths the boundary burst.
+    SlidingWindow,
+    /// Generic cell rate algorithm: a theoretical arrival time per key; a
+    /// burst of `limit`, then one unit every `period / limit`. The default.
+    #[default]
+    Gcra,
+}
+
+impl Algorithm {
+    pub(crate) fn tag(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fw",
+            Algorithm::SlidingWindow => "sw",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+}
+
+/// What a [`RateLimiter`](super::RateLimiter) enforces: an algorithm and one
+/// or more quotas, all checked in one atomic call.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use lock_core::rate::{Algorithm, Policy, Quota};
+///
+/// let policy = Policy::new(Algorithm::Gcra)
+///     .quota(Quota::per_second(NonZeroU32::new(10).unwrap()))
+///     .quota(Quota::per_hour(NonZeroU32::new(1000).unwrap()));
+/// assert_eq!(policy.quotas().len(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    algorithm: Algorithm,
+    quotas: Vec<Quota>,
+}
+
+/// Most quotas in one policy.
+pub const MAX_QUOTAS: usize = 16;
+
+impl Policy {
+    /// A policy with no quotas yet.
+    pub fn new(algorithm: Algorithm) -> Self {
+        Policy {
+            algorithm,
+            quotas: Vec::new(),
+        }
+    }
+
+    /// Adds a quota.
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quotas.push(quota);
+        self
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The quotas.
+    pub fn quotas(&self) -> &[Quota] {
+        &self.quotas
+    }
+
+    /// The smallest limit: the largest cost one call may ask for.
+    pub fn max_cost(&self) -> u32 {
+        self.quotas.iter().map(Quota::limit).min().unwrap_or(0)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.quotas.is_empty() {
+            return Err(Error::invalid_argument(
+                "policy",
+                "needs at least one quota",
+            ));
+        }
+        if self.quotas.len() > MAX_QUOTAS {
+            return Err(Error::invalid_argument("policy", "at most 16 quotas"));
+        }
+        if self.algorithm == Algorithm::Gcra
+            && self
+                .quotas
+                .iter()
+                .any(|q| u128::from(q.limit()) > q.period.as_micros())
+        {
+            return Err(Error::invalid_argument(
+                "quota",
+                "GCRA needs at most one unit per microsecond",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Key suffix of quota `i`: `<algorithm>:<limit>:<period ms>`.
+    pub(crate) fn suffix(&self, quota: &Quota) -> String {
+        format!(
+            "{}:{}:{}",
+            self.algorithm.tag(),
+            quota.limit(),
+            quota.period_ms()
+        )
+    }
+
+    pub(crate) fn check_cost(&self, cost: u32) -> Result<()> {
+        if cost > self.max_cost() {
+            return Err(Error::invalid_argument(
+                "cost",
+                "larger than the smallest quota's limit (it could never be allowed)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Builds the name a limiter's keys hang on: `<scope>:<key>`.
+pub(crate) fn scoped_name(scope: &str, key: &str) -> Result<Name> {
+    if key.is_empty() {
+        return Err(Error::invalid_name(key, "must not be empty"));
+    }
+    Name::new(format!("{scope}:{key}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    #[test]
+    fn per_second_means_n_per_second() {
+        let q = Quota::per_second(nz(5));
+        assert_eq!((q.limit(), q.period()), (5, Duration::from_secs(1)));
+        assert_eq!(Quota::per_hour(nz(1)).period(), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn invalid_periods_are_refused() {
+        assert!(Quota::new(nz(1), Duration::ZERO).is_none());
+        assert!(Quota::new(nz(1), Duration::from_micros(1500)).is_none());
+        assert!(Quota::new(nz(1), MAX_PERIOD + Duration::from_secs(1)).is_none());
+        assert!(Quota::new(nz(1), Duration::from_millis(1)).is_some());
+    }
+
+    #[test]
+    fn policies_are_validated() {
+        assert!(Policy::new(Algorithm::Gcra).validate().is_err());
+        let too_fine = Policy::new(Algorithm::Gcra)
+            .quota(Quota::new(nz(2000), Duration::from_millis(1)).unwrap());
+        assert!(too_fine.validate().is_err());
+        let ok = Policy::new(Algorithm::FixedWindow).quota(Quota::per_second(nz(3)));
+        assert!(ok.validate().is_ok());
+        assert!(ok.check_cost(3).is_ok());
+        assert!(ok.check_cost(4).is_err());
+    }
+}
