@@ -5,6 +5,8 @@
 //!   release, watchdog leases, pub/sub wake-ups, fencing tokens).
 //! * [`rate`]: rate limiting (fixed window, sliding window, GCRA), several quotas
 //!   in one atomic call, a cost per call.
+//! * [`counter`]: stock counters that never oversell, idempotent decrements,
+//!   reservations whose holds expire and give stock back.
 //! * [`backend`]: the Redis backend (one shared multiplexed connection, scripts by
 //!   `EVALSHA`) and the in-memory backend, the embedded default.
 //! * [`key`]: validated names and hash-tagged keys (`<prefix>{<name>}:<suffix>`).
@@ -25,6 +27,7 @@
 //! ```
 
 pub mod backend;
+pub mod counter;
 pub mod error;
 pub mod key;
 pub mod lock;

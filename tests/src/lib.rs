@@ -1,6 +1,6 @@
 //! Test harness: real `redis-server` processes ([`RedisServer`]), the
 //! conformance suites every backend must pass ([`mod@lock_suite`],
-//! [`mod@rate_suite`]), and helpers
+//! [`mod@rate_suite`], [`mod@counter_suite`]), and helpers
 //! for end-to-end tests.
 //!
 //! ```no_run
@@ -13,6 +13,7 @@
 //! server.restart(); // same port
 //! ```
 
+pub mod counter_suite;
 pub mod lock_suite;
 pub mod rate_suite;
 mod server;
@@ -20,6 +21,21 @@ mod server;
 pub use server::{RedisServer, SERVER_BIN_ENV, ServerOptions, server_binary};
 
 use std::time::{Duration, Instant};
+
+use lock_core::backend::RedisBackend;
+
+/// Starts a redis-server and connects a [`RedisBackend`] to it with default
+/// settings. Keep the server alive as long as the backend is used.
+///
+/// # Panics
+/// When the server cannot be started or reached.
+pub async fn redis_backend() -> (RedisServer, RedisBackend) {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url())
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()));
+    (server, backend)
+}
 
 /// Polls `check` every 5 ms until it holds or `within` passes; says whether it held.
 pub async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::counter::memory::CounterTable;
 use crate::lock::memory::LockTable;
 pub use crate::rate::memory::DEFAULT_MAX_KEYS;
 use crate::rate::memory::RateTable;
@@ -11,6 +12,7 @@ use crate::rate::memory::RateTable;
 pub(crate) struct MemoryInner {
     pub(crate) locks: LockTable,
     pub(crate) rates: RateTable,
+    pub(crate) counters: CounterTable,
 }
 
 /// In-memory backend. Cloning shares the state.

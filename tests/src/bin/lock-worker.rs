@@ -4,12 +4,16 @@
 //! ```text
 //! lock-worker rmw  <redis-url> <lock-name> <counter-key> <rounds>
 //! lock-worker hold <redis-url> <lock-name> <lease-ms>
+//! lock-worker buy  <redis-url> <item> <buyers> <tag>
+//! lock-worker hit  <redis-url> <key> <limit> <period-ms> <calls>
 //! ```
 
 use std::time::Duration;
 
 use lock_core::backend::RedisBackend;
+use lock_core::counter::{Purchase, Stock};
 use lock_core::lock::{Lock, LockOptions};
+use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use redis::AsyncCommands;
 
 type Error = Box<dyn std::error::Error>;
@@ -25,6 +29,10 @@ async fn main() -> Result<(), Error> {
     {
         ["rmw", url, name, key, rounds] => rmw(url, name, key, rounds.parse()?).await,
         ["hold", url, name, lease] => hold(url, name, lease.parse()?).await,
+        ["buy", url, item, buyers, tag] => buy(url, item, buyers.parse()?, tag).await,
+        ["hit", url, key, limit, period, calls] => {
+            hit(url, key, limit.parse()?, period.parse()?, calls.parse()?).await
+        }
         _ => Err(format!("usage: lock-worker rmw|hold ... (got {args:?})").into()),
     }
 }
@@ -68,5 +76,77 @@ async fn hold(url: &str, name: &str, lease_ms: u64) -> Result<(), Error> {
         .ok_or("lock busy for 30 s")?;
     println!("held");
     std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// `buyers` concurrent buyers each buy one unit with an idempotent decrement
+/// and retry it once (as a client whose first response was lost would).
+/// Prints `sold N replayed M`, counting first-time successes and replays.
+async fn buy(url: &str, item: &str, buyers: u64, tag: &str) -> Result<(), Error> {
+    let stock = Stock::new(RedisBackend::connect(url).await?);
+    let mut tasks = Vec::new();
+    for buyer in 0..buyers {
+        let stock = stock.clone();
+        let operation = format!("{tag}-{buyer}");
+        let item = item.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let first = stock
+                .decrement_once(&item, 1, &operation)
+                .await
+                .map_err(|e| e.to_string())?;
+            let retry = stock
+                .decrement_once(&item, 1, &operation)
+                .await
+                .map_err(|e| e.to_string())?;
+            match (first, retry) {
+                (
+                    Purchase::Done {
+                        replayed: false,
+                        remaining,
+                    },
+                    Purchase::Done {
+                        replayed: true,
+                        remaining: again,
+                    },
+                ) if remaining == again => Ok((1, 1)),
+                (Purchase::SoldOut { .. }, Purchase::SoldOut { .. }) => Ok((0, 0)),
+                other => Err(format!("inconsistent retry: {other:?}")),
+            }
+        }));
+    }
+    let (mut sold, mut replayed) = (0, 0);
+    for task in tasks {
+        let (s, r) = task.await??;
+        sold += s;
+        replayed += r;
+    }
+    println!("sold {sold} replayed {replayed}");
+    Ok(())
+}
+
+/// `calls` checks against a fixed window of `limit` per `period_ms`; prints
+/// `allowed N`.
+async fn hit(url: &str, key: &str, limit: u32, period_ms: u64, calls: u64) -> Result<(), Error> {
+    let quota = Quota::new(
+        std::num::NonZeroU32::new(limit).ok_or("limit must be positive")?,
+        Duration::from_millis(period_ms),
+    )
+    .ok_or("bad period")?;
+    let limiter = RateLimiter::new(
+        RedisBackend::connect(url).await?,
+        "workers",
+        Policy::new(Algorithm::FixedWindow).quota(quota),
+    )?;
+    let mut tasks = Vec::new();
+    for _ in 0..calls {
+        let limiter = limiter.clone();
+        let key = key.to_owned();
+        tasks.push(tokio::spawn(async move { limiter.check(&key).await }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += u64::from(task.await??.allowed);
+    }
+    println!("allowed {allowed}");
     Ok(())
 }

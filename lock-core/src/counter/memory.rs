@@ -1,0 +1,220 @@
+//! Stock counters in memory: same operations and outcomes as on Redis.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{CounterBackend, Purchase, Reservation, Settle};
+use crate::backend::MemoryBackend;
+use crate::error::Result;
+use crate::key::Name;
+
+#[derive(Default)]
+struct Item {
+    stock: u64,
+    /// order -> (quantity, expiry)
+    holds: HashMap<Name, (u64, Instant)>,
+}
+
+impl Item {
+    fn reclaim(&mut self, now: Instant) {
+        let mut back = 0;
+        self.holds.retain(|_, (quantity, expires)| {
+            let live = *expires > now;
+            if !live {
+                back += *quantity;
+            }
+            live
+        });
+        self.stock += back;
+    }
+}
+
+#[derive(Default)]
+struct State {
+    items: HashMap<Name, Item>,
+    /// (item, operation) -> (outcome, forget at)
+    operations: HashMap<(Name, Name), (Purchase, Instant)>,
+    /// (item, order) -> forget at
+    confirmed: HashMap<(Name, Name), Instant>,
+    calls: u64,
+}
+
+const SWEEP_EVERY: u64 = 1024;
+
+/// Stock counters of one [`MemoryBackend`]. Remembered operation ids and
+/// confirmations are swept once expired.
+#[derive(Default)]
+pub(crate) struct CounterTable {
+    state: Mutex<State>,
+}
+
+impl CounterTable {
+    /// Locks the state, sweeps expired memories now and then, and returns
+    /// expired holds of `item` to its stock.
+    fn with<T>(&self, item: &Name, f: impl FnOnce(&mut State, Instant) -> T) -> T {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.calls += 1;
+        if state.calls.is_multiple_of(SWEEP_EVERY) {
+            state.operations.retain(|_, (_, until)| *until > now);
+            state.confirmed.retain(|_, until| *until > now);
+        }
+        if let Some(it) = state.items.get_mut(item) {
+            it.reclaim(now);
+        }
+        f(&mut state, now)
+    }
+}
+
+impl CounterBackend for MemoryBackend {
+    async fn set(&self, item: &Name, quantity: u64) -> Result<()> {
+        self.inner.counters.with(item, |s, _| {
+            s.items.entry(item.clone()).or_default().stock = quantity;
+        });
+        Ok(())
+    }
+
+    async fn get(&self, item: &Name) -> Result<Option<u64>> {
+        Ok(self
+            .inner
+            .counters
+            .with(item, |s, _| s.items.get(item).map(|it| it.stock)))
+    }
+
+    async fn restock(&self, item: &Name, quantity: u64) -> Result<Option<u64>> {
+        Ok(self.inner.counters.with(item, |s, _| {
+            s.items.get_mut(item).map(|it| {
+                it.stock += quantity;
+                it.stock
+            })
+        }))
+    }
+
+    async fn decrement(
+        &self,
+        item: &Name,
+        n: u64,
+        op: Option<(&Name, Duration)>,
+    ) -> Result<Purchase> {
+        Ok(self.inner.counters.with(item, |s, now| {
+            let op_key = op.map(|(op, remember)| ((item.clone(), op.clone()), now + remember));
+            let remembered = op_key
+                .as_ref()
+                .and_then(|(key, _)| s.operations.get(key))
+                .filter(|(_, until)| *until > now);
+            if let Some((outcome, _)) = remembered {
+                return match *outcome {
+                    Purchase::Done { remaining, .. } => Purchase::Done {
+                        remaining,
+                        replayed: true,
+                    },
+                    other => other,
+                };
+            }
+            let Some(it) = s.items.get_mut(item) else {
+                return Purchase::UnknownItem;
+            };
+            let outcome = if it.stock >= n {
+                it.stock -= n;
+                Purchase::Done {
+                    remaining: it.stock,
+                    replayed: false,
+                }
+            } else {
+                Purchase::SoldOut {
+                    available: it.stock,
+                }
+            };
+            if let Some((key, until)) = op_key {
+                s.operations.insert(key, (outcome, until));
+            }
+            outcome
+        }))
+    }
+
+    async fn reserve(
+        &self,
+        item: &Name,
+        n: u64,
+        order: &Name,
+        hold: Duration,
+    ) -> Result<Reservation> {
+        Ok(self.inner.counters.with(item, |s, now| {
+            let confirmed = s
+                .confirmed
+                .get(&(item.clone(), order.clone()))
+                .is_some_and(|until| *until > now);
+            if confirmed {
+                return Reservation::AlreadyConfirmed;
+            }
+            let Some(it) = s.items.get_mut(item) else {
+                return Reservation::UnknownItem;
+            };
+            if let Some((quantity, expires)) = it.holds.get(order) {
+                return Reservation::AlreadyHeld {
+                    quantity: *quantity,
+                    expires_in: *expires - now,
+                };
+            }
+            if it.stock < n {
+                return Reservation::SoldOut {
+                    available: it.stock,
+                };
+            }
+            it.stock -= n;
+            it.holds.insert(order.clone(), (n, now + hold));
+            Reservation::Held {
+                remaining: it.stock,
+                expires_in: hold,
+            }
+        }))
+    }
+
+    async fn confirm(&self, item: &Name, order: &Name, remember: Duration) -> Result<Settle> {
+        Ok(self.inner.counters.with(item, |s, now| {
+            let key = (item.clone(), order.clone());
+            let held = s
+                .items
+                .get_mut(item)
+                .and_then(|it| it.holds.remove(order))
+                .is_some();
+            if held {
+                s.confirmed.insert(key, now + remember);
+                Settle::Confirmed
+            } else if s.confirmed.get(&key).is_some_and(|until| *until > now) {
+                Settle::AlreadyConfirmed
+            } else {
+                Settle::NotHeld
+            }
+        }))
+    }
+
+    async fn cancel(&self, item: &Name, order: &Name) -> Result<Settle> {
+        Ok(self.inner.counters.with(item, |s, now| {
+            if let Some(it) = s.items.get_mut(item)
+                && let Some((quantity, _)) = it.holds.remove(order)
+            {
+                it.stock += quantity;
+                return Settle::Cancelled {
+                    available: it.stock,
+                };
+            }
+            let key = (item.clone(), order.clone());
+            if s.confirmed.get(&key).is_some_and(|until| *until > now) {
+                Settle::AlreadyConfirmed
+            } else {
+                Settle::NotHeld
+            }
+        }))
+    }
+
+    async fn delete(&self, item: &Name) -> Result<bool> {
+        Ok(self
+            .inner
+            .counters
+            .with(item, |s, _| s.items.remove(item).is_some()))
+    }
+}
