@@ -50,3 +50,8 @@ pub async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) 
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// The README's code samples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
