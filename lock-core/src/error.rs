@@ -35,6 +35,14 @@ pub enum Error {
     /// Redis returned an error or the connection failed.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
+    /// Too few of a Redlock's servers answered to make a majority.
+    #[error("only {answered} servers answered; a majority needs {needed}")]
+    NoQuorum {
+        /// Servers that answered.
+        answered: usize,
+        /// Servers a majority needs.
+        needed: usize,
+    },
     /// Redis answered with something a script of ours never returns.
     #[error("unexpected reply from backend: {0}")]
     UnexpectedReply(String),
@@ -47,7 +55,10 @@ impl Error {
     pub fn is_backend_failure(&self) -> bool {
         matches!(
             self,
-            Error::Timeout(_) | Error::Redis(_) | Error::UnexpectedReply(_)
+            Error::Timeout(_)
+                | Error::Redis(_)
+                | Error::UnexpectedReply(_)
+                | Error::NoQuorum { .. }
         )
     }
 

@@ -1,6 +1,7 @@
 //! Test harness: real `redis-server` processes ([`RedisServer`]), the
 //! conformance suites every backend must pass ([`mod@lock_suite`],
-//! [`mod@rate_suite`], [`mod@counter_suite`]), and helpers
+//! [`mod@rate_suite`], [`mod@counter_suite`],
+//! [`mod@kinds_suite`]), and helpers
 //! for end-to-end tests.
 //!
 //! ```no_run
@@ -14,6 +15,7 @@
 //! ```
 
 pub mod counter_suite;
+pub mod kinds_suite;
 pub mod lock_suite;
 pub mod rate_suite;
 mod server;

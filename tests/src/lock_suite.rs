@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::Error;
-use lock_core::lock::{Lock, LockBackend, LockOptions};
+use lock_core::lock::{Kind, Lock, LockBackend, LockOptions};
 use rand::Rng;
 
 use crate::eventually;
@@ -174,13 +174,13 @@ pub async fn non_owner_cannot_release<B: LockBackend>(backend: B) {
     let name = lock.name();
     assert!(
         !backend
-            .release(name, "not-the-token")
+            .release(Kind::Plain, name, "not-the-token")
             .await
             .expect("backend")
     );
     assert!(
         !backend
-            .extend(name, "not-the-token", LONG)
+            .extend(Kind::Plain, name, "not-the-token", LONG)
             .await
             .expect("backend")
     );

@@ -8,7 +8,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::watchdog::{self, LeaseState};
-use super::{Lease, LockBackend, MAX_LEASE};
+use super::{Kind, Lease, LockBackend, MAX_LEASE};
 use crate::error::{Error, Result};
 use crate::key::Name;
 
@@ -18,6 +18,7 @@ use crate::key::Name;
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard<B: LockBackend> {
     backend: B,
+    kind: Kind,
     name: Name,
     token: Arc<str>,
     fence: Option<u64>,
@@ -30,6 +31,7 @@ pub struct LockGuard<B: LockBackend> {
 impl<B: LockBackend> std::fmt::Debug for LockGuard<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
+            .field("kind", &self.kind)
             .field("name", &self.name)
             .field("fence", &self.fence)
             .field("watchdog", &self.watchdog.is_some())
@@ -39,27 +41,37 @@ impl<B: LockBackend> std::fmt::Debug for LockGuard<B> {
 }
 
 impl<B: LockBackend> LockGuard<B> {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         backend: B,
+        kind: Kind,
         name: Name,
         token: Arc<str>,
         fence: Option<u64>,
         lease: Lease,
         requested_at: Instant,
+        drift: Duration,
     ) -> Self {
-        let state = Arc::new(LeaseState::new(requested_at + lease.duration()));
+        let state = Arc::new(LeaseState::new(
+            requested_at + lease.duration().saturating_sub(drift),
+        ));
         let watchdog = match lease {
             Lease::Watchdog(d) => Some(watchdog::spawn(
                 backend.clone(),
-                name.clone(),
-                token.clone(),
-                d,
+                watchdog::Target {
+                    kind,
+                    name: name.clone(),
+                    token: token.clone(),
+                    lease: d,
+                    drift,
+                },
                 state.clone(),
             )),
             Lease::Fixed(_) => None,
         };
         LockGuard {
             backend,
+            kind,
             name,
             token,
             fence,
@@ -73,6 +85,11 @@ impl<B: LockBackend> LockGuard<B> {
     /// The lock's name.
     pub fn name(&self) -> &Name {
         &self.name
+    }
+
+    /// The lock's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// The owner token stored under the lock key (128 random bits, hex).
@@ -130,9 +147,13 @@ impl<B: LockBackend> LockGuard<B> {
             ));
         }
         let started = Instant::now();
-        let extended = self.backend.extend(&self.name, &self.token, ttl).await?;
+        let extended = self
+            .backend
+            .extend(self.kind, &self.name, &self.token, ttl)
+            .await?;
         if extended {
-            self.state.renewed(started + ttl);
+            let drift = self.backend.clock_drift(ttl);
+            self.state.renewed(started + ttl.saturating_sub(drift));
         } else {
             self.state.mark_lost();
         }
@@ -149,7 +170,10 @@ impl<B: LockBackend> LockGuard<B> {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
         }
-        let released = self.backend.release(&self.name, &self.token).await?;
+        let released = self
+            .backend
+            .release(self.kind, &self.name, &self.token)
+            .await?;
         self.released = true;
         self.state.mark_lost();
         Ok(released)
@@ -164,6 +188,7 @@ impl<B: LockBackend> Drop for LockGuard<B> {
         if !self.released {
             release_in_background(
                 self.backend.clone(),
+                self.kind,
                 self.name.clone(),
                 self.token.clone(),
                 self.runtime.take(),
@@ -175,6 +200,7 @@ impl<B: LockBackend> Drop for LockGuard<B> {
 /// Releases `name` for `token` on `runtime` (or the current one), logging failures.
 pub(super) fn release_in_background<B: LockBackend>(
     backend: B,
+    kind: Kind,
     name: Name,
     token: Arc<str>,
     runtime: Option<Handle>,
@@ -184,7 +210,7 @@ pub(super) fn release_in_background<B: LockBackend>(
         return;
     };
     runtime.spawn(async move {
-        if let Err(error) = backend.release(&name, &token).await {
+        if let Err(error) = backend.release(kind, &name, &token).await {
             tracing::warn!(lock = %name, %error, "background lock release failed; it expires with its lease");
         }
     });

@@ -1,29 +1,66 @@
-//! The plain lock in memory: same semantics as on Redis, for one process.
+//! Every lock kind in memory: the same semantics as on Redis, for one process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Attempt, LockBackend, ReleaseWaiter};
+use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::MemoryBackend;
 use crate::backend::notify::{WaitHandle, Waiters};
 use crate::error::Result;
 use crate::key::Name;
 
-struct Held {
-    token: Box<str>,
-    expires: Instant,
+type Token = Box<str>;
+
+enum Slot {
+    Plain {
+        token: Token,
+        expires: Instant,
+    },
+    Reentrant {
+        owner: Token,
+        acquisitions: HashSet<Token>,
+        expires: Instant,
+    },
+    Fair {
+        holder: Option<(Token, Instant)>,
+        /// Waiters in arrival order, with the deadline of their place in line.
+        queue: VecDeque<(Token, Instant)>,
+    },
+    Semaphore {
+        permits: HashMap<Token, Instant>,
+    },
 }
 
-/// Held locks of one [`MemoryBackend`]. Expired entries are dropped when
-/// touched and swept every [`SWEEP_EVERY`] acquisitions, so the map only
-/// holds live locks.
+impl Slot {
+    /// Drops what has expired; says whether anything is left.
+    fn prune(&mut self, now: Instant) -> bool {
+        match self {
+            Slot::Plain { expires, .. } | Slot::Reentrant { expires, .. } => *expires > now,
+            Slot::Fair { holder, queue } => {
+                if holder.as_ref().is_some_and(|(_, e)| *e <= now) {
+                    *holder = None;
+                }
+                queue.retain(|(_, deadline)| *deadline > now);
+                holder.is_some() || !queue.is_empty()
+            }
+            Slot::Semaphore { permits } => {
+                permits.retain(|_, e| *e > now);
+                !permits.is_empty()
+            }
+        }
+    }
+}
+
+/// Locks of one [`MemoryBackend`]. Expired entries are dropped when touched
+/// and swept every [`SWEEP_EVERY`] acquisitions, so the map only holds live
+/// locks.
 #[derive(Default)]
 pub(crate) struct LockTable {
-    held: Mutex<HashMap<Name, Held>>,
+    slots: Mutex<HashMap<(&'static str, Name), Slot>>,
     fence: AtomicU64,
     acquisitions: AtomicU64,
     waiters: Waiters,
@@ -31,109 +68,288 @@ pub(crate) struct LockTable {
 
 const SWEEP_EVERY: u64 = 1024;
 
+fn wake_key(kind: Kind, name: &Name) -> String {
+    format!("{}:{name}", kind.tag())
+}
+
+fn fair_wake_key(name: &Name, token: &str) -> String {
+    format!("flock:{name}:{token}")
+}
+
 impl LockTable {
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Name, Held>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Runs `f` on the live slot of `(kind, name)` (None when free), under the
+    /// table lock; removes the slot if `f` leaves nothing in it.
+    fn with<T>(
+        &self,
+        kind: Kind,
+        name: &Name,
+        f: impl FnOnce(&mut Option<Slot>, Instant) -> T,
+    ) -> T {
+        let now = Instant::now();
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (kind.tag(), name.clone());
+        let mut slot = slots.remove(&key);
+        if slot.as_mut().is_some_and(|s| !s.prune(now)) {
+            slot = None;
+        }
+        let out = f(&mut slot, now);
+        if let Some(mut s) = slot
+            && s.prune(now)
+        {
+            slots.insert(key, s);
+        }
+        out
     }
 
-    fn acquire(&self, name: &Name, token: &str, lease: Duration, fencing: bool) -> Attempt {
-        let now = Instant::now();
-        let mut held = self.held();
+    fn sweep(&self) {
         if self.acquisitions.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            held.retain(|_, h| h.expires > now);
+            let now = Instant::now();
+            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            slots.retain(|_, s| s.prune(now));
         }
-        if let Some(h) = held.get(name).filter(|h| h.expires > now) {
-            return Attempt::Busy {
-                retry_in: Some(h.expires - now),
-            };
-        }
-        held.insert(
-            name.clone(),
-            Held {
-                token: token.into(),
-                expires: now + lease,
-            },
-        );
+    }
+
+    fn fence(&self, fencing: bool) -> Option<u64> {
         // One counter for all names: monotonic overall, so monotonic per name.
-        let fence = fencing.then(|| self.fence.fetch_add(1, Ordering::Relaxed) + 1);
-        Attempt::Acquired { fence }
+        fencing.then(|| self.fence.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    fn release(&self, name: &Name, token: &str) -> bool {
-        let now = Instant::now();
-        let mut held = self.held();
-        match held.get(name) {
-            Some(h) if h.expires > now && &*h.token == token => {
-                held.remove(name);
-                drop(held);
-                self.waiters.wake(name.as_str());
+    fn acquire(&self, request: &AcquireRequest<'_>) -> Attempt {
+        self.sweep();
+        let token: Token = request.token.into();
+        let lease = request.lease;
+        let acquired = || Attempt::Acquired {
+            fence: self.fence(request.fencing),
+        };
+        let busy = |until: Option<Instant>, now: Instant| Attempt::Busy {
+            retry_in: until.map(|u| u.saturating_duration_since(now)),
+        };
+        let mut wake = None;
+        let attempt = self.with(request.kind, request.name, |slot, now| {
+            match (request.kind, slot.as_mut()) {
+                (Kind::Plain, None) => {
+                    *slot = Some(Slot::Plain {
+                        token,
+                        expires: now + lease,
+                    });
+                    acquired()
+                }
+                (Kind::Plain, Some(Slot::Plain { expires, .. })) => busy(Some(*expires), now),
+                (Kind::Reentrant, None) => {
+                    *slot = Some(Slot::Reentrant {
+                        owner: request.owner.unwrap_or_default().into(),
+                        acquisitions: HashSet::from([token]),
+                        expires: now + lease,
+                    });
+                    acquired()
+                }
+                (
+                    Kind::Reentrant,
+                    Some(Slot::Reentrant {
+                        owner,
+                        acquisitions,
+                        expires,
+                    }),
+                ) => {
+                    if Some(&**owner) != request.owner {
+                        return busy(Some(*expires), now);
+                    }
+                    acquisitions.insert(token);
+                    *expires = (*expires).max(now + lease);
+                    acquired()
+                }
+                (Kind::Fair, None) => {
+                    *slot = Some(Slot::Fair {
+                        holder: Some((token, now + lease)),
+                        queue: VecDeque::new(),
+                    });
+                    acquired()
+                }
+                (Kind::Fair, Some(Slot::Fair { holder, queue })) => {
+                    let first = queue.front().map(|(t, _)| t.clone());
+                    if holder.is_none() && first.as_ref().is_none_or(|t| *t == token) {
+                        queue.retain(|(t, _)| *t != token);
+                        *holder = Some((token, now + lease));
+                        return acquired();
+                    }
+                    let deadline = now + FAIR_SLOT;
+                    match queue.iter_mut().find(|(t, _)| *t == token) {
+                        Some((_, d)) => *d = deadline,
+                        None => queue.push_back((token, deadline)),
+                    }
+                    match holder {
+                        Some((_, expires)) => busy(Some(*expires), now),
+                        None => {
+                            // The head has not come for it yet: nudge it.
+                            wake = first;
+                            busy(None, now)
+                        }
+                    }
+                }
+                (Kind::Semaphore { .. }, None) => {
+                    *slot = Some(Slot::Semaphore {
+                        permits: HashMap::from([(token, now + lease)]),
+                    });
+                    acquired()
+                }
+                (Kind::Semaphore { permits: max }, Some(Slot::Semaphore { permits })) => {
+                    let held = permits.contains_key(&token);
+                    if held || permits.len() < max.get() as usize {
+                        permits.insert(token, now + lease);
+                        return acquired();
+                    }
+                    busy(permits.values().min().copied(), now)
+                }
+                // A slot of another kind cannot be under this kind's key.
+                (_, Some(_)) => busy(None, now),
+            }
+        });
+        if let Some(head) = wake {
+            self.waiters.wake(&fair_wake_key(request.name, &head));
+        }
+        attempt
+    }
+
+    fn release(&self, kind: Kind, name: &Name, token: &str) -> bool {
+        let mut wake = None;
+        let released = self.with(kind, name, |slot, _| {
+            let released = match slot.as_mut() {
+                Some(Slot::Plain { token: held, .. }) if &**held == token => {
+                    *slot = None;
+                    true
+                }
+                Some(Slot::Reentrant { acquisitions, .. }) => {
+                    let released = acquisitions.remove(token);
+                    if acquisitions.is_empty() {
+                        *slot = None;
+                    }
+                    released
+                }
+                Some(Slot::Fair { holder, queue }) => {
+                    let mine = holder.as_ref().is_some_and(|(t, _)| &**t == token);
+                    if mine {
+                        *holder = None;
+                    } else {
+                        queue.retain(|(t, _)| &**t != token);
+                    }
+                    if holder.is_none() {
+                        wake = queue.front().map(|(t, _)| fair_wake_key(name, t));
+                    }
+                    return mine;
+                }
+                Some(Slot::Semaphore { permits }) => permits.remove(token).is_some(),
+                _ => false,
+            };
+            if released {
+                wake = Some(wake_key(kind, name));
+            }
+            released
+        });
+        if let Some(key) = wake {
+            self.waiters.wake(&key);
+        }
+        released
+    }
+
+    fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> bool {
+        self.with(kind, name, |slot, now| match slot.as_mut() {
+            Some(Slot::Plain {
+                token: held,
+                expires,
+            }) if &**held == token => {
+                *expires = now + lease;
                 true
             }
-            _ => false,
-        }
-    }
-
-    fn extend(&self, name: &Name, token: &str, lease: Duration) -> bool {
-        let now = Instant::now();
-        match self.held().get_mut(name) {
-            Some(h) if h.expires > now && &*h.token == token => {
-                h.expires = now + lease;
+            Some(Slot::Reentrant {
+                acquisitions,
+                expires,
+                ..
+            }) if acquisitions.contains(token) => {
+                *expires = (*expires).max(now + lease);
                 true
             }
+            Some(Slot::Fair {
+                holder: Some((held, expires)),
+                ..
+            }) if &**held == token => {
+                *expires = now + lease;
+                true
+            }
+            Some(Slot::Semaphore { permits }) => match permits.get_mut(token) {
+                Some(expires) => {
+                    *expires = now + lease;
+                    true
+                }
+                None => false,
+            },
             _ => false,
-        }
+        })
     }
 
-    fn force_release(&self, name: &Name) -> bool {
-        let now = Instant::now();
-        let removed = self.held().remove(name).is_some_and(|h| h.expires > now);
-        if removed {
-            self.waiters.wake(name.as_str());
+    fn force_release(&self, kind: Kind, name: &Name) -> bool {
+        let mut wake = None;
+        let released = self.with(kind, name, |slot, _| match slot.as_mut() {
+            Some(Slot::Fair { holder, queue }) => {
+                let held = holder.take().is_some();
+                wake = queue.front().map(|(t, _)| fair_wake_key(name, t));
+                held
+            }
+            Some(_) => {
+                *slot = None;
+                wake = Some(wake_key(kind, name));
+                true
+            }
+            None => false,
+        });
+        if let Some(key) = wake {
+            self.waiters.wake(&key);
         }
-        removed
+        released
     }
 
-    /// Live (unexpired) locks, for tests of eviction.
+    /// Live locks, for tests of eviction.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         let now = Instant::now();
-        self.held().values().filter(|h| h.expires > now).count()
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .values_mut()
+            .filter_map(|s| s.prune(now).then_some(()))
+            .count()
     }
 }
 
 impl LockBackend for MemoryBackend {
     type Waiter = MemoryWaiter;
 
-    async fn acquire(
-        &self,
-        name: &Name,
-        token: &str,
-        lease: Duration,
-        fencing: bool,
-    ) -> Result<Attempt> {
-        Ok(self.inner.locks.acquire(name, token, lease, fencing))
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
+        Ok(self.inner.locks.acquire(request))
     }
 
-    async fn release(&self, name: &Name, token: &str) -> Result<bool> {
-        Ok(self.inner.locks.release(name, token))
+    async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
+        Ok(self.inner.locks.release(kind, name, token))
     }
 
-    async fn extend(&self, name: &Name, token: &str, lease: Duration) -> Result<bool> {
-        Ok(self.inner.locks.extend(name, token, lease))
+    async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
+        Ok(self.inner.locks.extend(kind, name, token, lease))
     }
 
-    async fn force_release(&self, name: &Name) -> Result<bool> {
-        Ok(self.inner.locks.force_release(name))
+    async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
+        Ok(self.inner.locks.force_release(kind, name))
     }
 
-    fn waiter(&self, name: &Name) -> MemoryWaiter {
+    fn waiter(&self, kind: Kind, name: &Name, token: &str) -> MemoryWaiter {
+        let key = match kind {
+            Kind::Fair => fair_wake_key(name, token),
+            _ => wake_key(kind, name),
+        };
         MemoryWaiter {
-            handle: self.inner.locks.waiters.register(name.as_str()),
+            handle: self.inner.locks.waiters.register(&key),
         }
     }
 }
 
-/// Waits for a release of one name in a [`MemoryBackend`].
+/// Waits for a release in a [`MemoryBackend`].
 pub struct MemoryWaiter {
     handle: WaitHandle,
 }
@@ -163,18 +379,29 @@ mod tests {
         let table = LockTable::default();
         for i in 0..(2 * SWEEP_EVERY) {
             let name = Name::new(format!("n{i}")).unwrap();
-            table.acquire(&name, "t", Duration::from_millis(1), false);
+            table.acquire(&AcquireRequest {
+                kind: Kind::Plain,
+                name: &name,
+                token: "t",
+                owner: None,
+                lease: Duration::from_millis(1),
+                fencing: false,
+            });
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
         let name = Name::new("last").unwrap();
         for _ in 0..SWEEP_EVERY {
-            table.acquire(&name, "t", Duration::from_secs(10), false);
+            table.acquire(&AcquireRequest {
+                kind: Kind::Plain,
+                name: &name,
+                token: "t",
+                owner: None,
+                lease: Duration::from_secs(10),
+                fencing: false,
+            });
         }
-        assert!(
-            table.held().len() <= 2,
-            "held {} entries",
-            table.held().len()
-        );
+        let stored = table.slots.lock().unwrap().len();
+        assert!(stored <= 2, "held {stored} entries");
         assert_eq!(table.len(), 1);
     }
 }

@@ -37,20 +37,29 @@
 //! # Ok(()) }
 //! ```
 
+mod fencing;
 mod guard;
 pub(crate) mod memory;
 mod redis;
+mod redlock;
+mod reentrant;
+mod semaphore;
 mod watchdog;
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub use self::fencing::{Fence, StaleToken};
 pub use self::guard::LockGuard;
 pub use self::memory::MemoryWaiter;
 pub use self::redis::RedisWaiter;
+pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock, RedlockWaiter};
+pub use self::reentrant::{Owner, ReentrantLock};
+pub use self::semaphore::Semaphore;
 use crate::error::{Error, Result};
 use crate::key::Name;
 
@@ -65,45 +74,116 @@ pub enum Attempt {
     },
     /// Someone else holds it.
     Busy {
-        /// When the holder's lease runs out, if it has one.
+        /// When the holder's lease runs out, if known.
         retry_in: Option<Duration>,
     },
 }
 
-/// A store that can hold plain locks. Implemented by
-/// [`RedisBackend`](crate::backend::RedisBackend) and
-/// [`MemoryBackend`](crate::backend::MemoryBackend); [`Lock`] builds on it.
+/// The kinds of lock a [`LockBackend`] keeps. Each kind has keys of its own,
+/// so kinds never see each other even under the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// One holder; `SET NX PX` + token on Redis.
+    Plain,
+    /// One owner, who may hold it several times at once ([`ReentrantLock`]).
+    Reentrant,
+    /// One holder; waiters get it in arrival order.
+    Fair,
+    /// Up to `permits` holders at once ([`Semaphore`]).
+    Semaphore {
+        /// How many holders at once.
+        permits: NonZeroU32,
+    },
+}
+
+impl Kind {
+    /// Short tag used in key names.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Kind::Plain => "lock",
+            Kind::Reentrant => "rlock",
+            Kind::Fair => "flock",
+            Kind::Semaphore { .. } => "sem",
+        }
+    }
+
+    /// Whether acquisitions of this kind can carry fencing tokens (those with
+    /// one holder at a time).
+    pub fn fences(self) -> bool {
+        !matches!(self, Kind::Semaphore { .. })
+    }
+}
+
+/// How long a fair waiter keeps its place in line without retrying; a
+/// crashed waiter stops blocking the queue after this.
+pub const FAIR_SLOT: Duration = Duration::from_secs(3);
+/// How often a fair waiter retries (and so keeps its place) at the least.
+const FAIR_REFRESH: Duration = Duration::from_secs(1);
+
+/// One acquisition attempt, as a backend sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct AcquireRequest<'a> {
+    /// The kind of lock.
+    pub kind: Kind,
+    /// Its name.
+    pub name: &'a Name,
+    /// This acquisition's token (128 random bits).
+    pub token: &'a str,
+    /// The owner, for [`Kind::Reentrant`].
+    pub owner: Option<&'a str>,
+    /// The lease asked for.
+    pub lease: Duration,
+    /// Whether to issue a fencing token.
+    pub fencing: bool,
+}
+
+/// A store that can hold locks. Implemented by
+/// [`RedisBackend`](crate::backend::RedisBackend),
+/// [`MemoryBackend`](crate::backend::MemoryBackend) and [`Redlock`]; [`Lock`],
+/// [`ReentrantLock`] and [`Semaphore`] build on it.
 ///
-/// Each method is one round trip to the store.
+/// Each method is one round trip to the store (one per server for [`Redlock`]).
 pub trait LockBackend: Clone + Send + Sync + 'static {
-    /// What waits for a release of one name.
+    /// What waits for a release.
     type Waiter: ReleaseWaiter;
 
-    /// Takes `name` for `token` for `lease` if it is free.
-    fn acquire(
+    /// Takes the lock for `request.token` if it is free (for a fair lock: and
+    /// the token is first in line, else it joins the line).
+    fn acquire(&self, request: &AcquireRequest<'_>)
+    -> impl Future<Output = Result<Attempt>> + Send;
+
+    /// Releases `name` if `token` holds it (for a fair lock, a token that only
+    /// waits leaves the line); says whether it was held.
+    fn release(
         &self,
+        kind: Kind,
         name: &Name,
         token: &str,
-        lease: Duration,
-        fencing: bool,
-    ) -> impl Future<Output = Result<Attempt>> + Send;
+    ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Releases `name` if `token` still holds it; says whether it did.
-    fn release(&self, name: &Name, token: &str) -> impl Future<Output = Result<bool>> + Send;
-
-    /// Sets the lease of `name` to `lease` from now if `token` still holds it.
+    /// Sets the lease to `lease` from now if `token` still holds it.
     fn extend(
         &self,
+        kind: Kind,
         name: &Name,
         token: &str,
         lease: Duration,
     ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Releases `name` whoever holds it; says whether it was held.
-    fn force_release(&self, name: &Name) -> impl Future<Output = Result<bool>> + Send;
+    fn force_release(&self, kind: Kind, name: &Name) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Registers interest in releases of `name`.
-    fn waiter(&self, name: &Name) -> Self::Waiter;
+    /// Registers interest in releases of `name` that concern `token`.
+    fn waiter(&self, kind: Kind, name: &Name, token: &str) -> Self::Waiter;
+
+    /// How much of a lease the holder must not count on, for clock drift
+    /// between servers (zero for one server).
+    fn clock_drift(&self, lease: Duration) -> Duration {
+        let _ = lease;
+        Duration::ZERO
+    }
 }
 
 /// Waits for a lock to be released.
@@ -139,11 +219,12 @@ pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Default watchdog lease.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
-/// Options of a [`Lock`].
+/// Options of a [`Lock`] (also used by [`ReentrantLock`] and [`Semaphore`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
     lease: Lease,
     fencing: bool,
+    fair: bool,
 }
 
 impl Default for LockOptions {
@@ -153,11 +234,12 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
-    /// Watchdog lease of [`DEFAULT_LEASE`], no fencing tokens.
+    /// Watchdog lease of [`DEFAULT_LEASE`], no fencing tokens, not fair.
     pub const fn new() -> Self {
         LockOptions {
             lease: Lease::Watchdog(DEFAULT_LEASE),
             fencing: false,
+            fair: false,
         }
     }
 
@@ -177,6 +259,14 @@ impl LockOptions {
     /// Whether each acquisition returns a fencing token.
     pub const fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
+        self
+    }
+
+    /// A fair [`Lock`]: waiters get it in arrival order, and a release wakes
+    /// only the first of them. A waiter that gives up or is cancelled leaves
+    /// the line at once; a crashed one is dropped after [`FAIR_SLOT`].
+    pub const fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
         self
     }
 
@@ -203,11 +293,13 @@ impl LockOptions {
     }
 }
 
-/// A handle on one named distributed lock. Cheap to clone.
+/// A handle on one named distributed lock (plain, or fair with
+/// [`LockOptions::fair`]). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Lock<B> {
     backend: B,
     name: Name,
+    kind: Kind,
     options: LockOptions,
 }
 
@@ -226,11 +318,26 @@ impl<B: LockBackend> Lock<B> {
     /// [`Error::InvalidName`] for a bad name, [`Error::InvalidArgument`] for a
     /// zero lease or one longer than [`MAX_LEASE`].
     pub fn with_options(backend: B, name: impl AsRef<str>, options: LockOptions) -> Result<Self> {
+        let kind = if options.fair {
+            Kind::Fair
+        } else {
+            Kind::Plain
+        };
+        Self::of_kind(backend, name, kind, options)
+    }
+
+    pub(crate) fn of_kind(
+        backend: B,
+        name: impl AsRef<str>,
+        kind: Kind,
+        options: LockOptions,
+    ) -> Result<Self> {
         let name = Name::new(name)?;
         options.validate()?;
         Ok(Lock {
             backend,
             name,
+            kind,
             options,
         })
     }
@@ -240,9 +347,19 @@ impl<B: LockBackend> Lock<B> {
         &self.name
     }
 
+    /// The lock's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// The lock's options.
     pub fn options(&self) -> &LockOptions {
         &self.options
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// Takes the lock if it is free, without waiting.
@@ -255,16 +372,25 @@ impl<B: LockBackend> Lock<B> {
 
     /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when it was
     /// still busy. Cancel-safe: dropping the future releases anything it may
-    /// have taken.
+    /// have taken (and leaves a fair lock's line).
     ///
     /// # Errors
     /// Backend failures and timeouts.
     pub async fn lock(&self, wait: Duration) -> Result<Option<LockGuard<B>>> {
+        self.acquire(None, wait).await
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        owner: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<LockGuard<B>>> {
         let deadline = Instant::now() + wait.min(MAX_LEASE);
         let token: Arc<str> = new_token().into();
         let lease = self.options.lease.duration();
         let mut cleanup = Cleanup {
             backend: &self.backend,
+            kind: self.kind,
             name: &self.name,
             token: token.clone(),
             armed: false,
@@ -275,37 +401,54 @@ impl<B: LockBackend> Lock<B> {
                 waiter.arm().await;
             }
             let started = Instant::now();
+            // A fair waiter that is cut off here has joined the line: leave it.
             cleanup.armed = true;
-            let attempt = self
-                .backend
-                .acquire(&self.name, &token, lease, self.options.fencing)
-                .await?;
-            match attempt {
+            let request = AcquireRequest {
+                kind: self.kind,
+                name: &self.name,
+                token: &token,
+                owner,
+                lease,
+                fencing: self.options.fencing && self.kind.fences(),
+            };
+            match self.backend.acquire(&request).await? {
                 Attempt::Acquired { fence } => {
                     cleanup.armed = false;
+                    let drift = self.backend.clock_drift(lease);
                     return Ok(Some(LockGuard::new(
                         self.backend.clone(),
+                        self.kind,
                         self.name.clone(),
                         token.clone(),
                         fence,
                         self.options.lease,
                         started,
+                        drift,
                     )));
                 }
                 Attempt::Busy { retry_in } => {
-                    cleanup.armed = false;
+                    cleanup.armed = self.kind == Kind::Fair;
                     let now = Instant::now();
                     if now >= deadline {
+                        if self.kind == Kind::Fair {
+                            // Give up our place in line now, not when it lapses
+                            // (on failure, the cleanup retries in the background).
+                            let left = self.backend.release(self.kind, &self.name, &token).await;
+                            cleanup.armed = left.is_err();
+                        }
                         return Ok(None);
                     }
                     match waiter.as_mut() {
                         // First miss: subscribe, then retry at once so a
                         // release during the subscription is not missed.
-                        None => waiter = Some(self.backend.waiter(&self.name)),
+                        None => waiter = Some(self.backend.waiter(self.kind, &self.name, &token)),
                         Some(waiter) => {
                             let mut max = deadline - now;
                             if let Some(ttl) = retry_in {
                                 max = max.min(ttl + Duration::from_millis(1));
+                            }
+                            if self.kind == Kind::Fair {
+                                max = max.min(FAIR_REFRESH);
                             }
                             waiter.wait(max).await;
                         }
@@ -321,13 +464,14 @@ impl<B: LockBackend> Lock<B> {
     /// # Errors
     /// Backend failures and timeouts.
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.backend.force_release(&self.name).await
+        self.backend.force_release(self.kind, &self.name).await
     }
 }
 
 /// Releases what an interrupted acquisition may have taken.
 struct Cleanup<'a, B: LockBackend> {
     backend: &'a B,
+    kind: Kind,
     name: &'a Name,
     token: Arc<str>,
     armed: bool,
@@ -338,6 +482,7 @@ impl<B: LockBackend> Drop for Cleanup<'_, B> {
         if self.armed {
             guard::release_in_background(
                 self.backend.clone(),
+                self.kind,
                 self.name.clone(),
                 self.token.clone(),
                 tokio::runtime::Handle::try_current().ok(),

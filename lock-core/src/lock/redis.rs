@@ -1,4 +1,4 @@
-//! The plain lock on Redis: SET NX PX + token, compare-and-delete release.
+//! Every lock kind on Redis. Each operation is one script call.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -7,26 +7,78 @@ use rand::Rng;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::{Attempt, LockBackend, ReleaseWaiter};
+use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::{RedisBackend, Subscription};
 use crate::error::{Error, Result};
 use crate::key::Name;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
+macro_rules! script {
+    ($($file:literal),+) => {
+        LazyLock::new(|| Script::new(concat!($(include_str!($file)),+)))
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = script!("fence.lua", "acquire.lua");
+static RELEASE: LazyLock<Script> = script!("release.lua");
+static EXTEND: LazyLock<Script> = script!("extend.lua");
+static FORCE_RELEASE: LazyLock<Script> = script!("force_release.lua");
+static REENTRANT_ACQUIRE: LazyLock<Script> = script!("fence.lua", "reentrant_acquire.lua");
+static REENTRANT_RELEASE: LazyLock<Script> = script!("reentrant_release.lua");
+static REENTRANT_EXTEND: LazyLock<Script> = script!("reentrant_extend.lua");
+static FAIR_ACQUIRE: LazyLock<Script> = script!("fence.lua", "fair_prune.lua", "fair_acquire.lua");
+static FAIR_RELEASE: LazyLock<Script> = script!("fence.lua", "fair_prune.lua", "fair_release.lua");
+static FAIR_FORCE_RELEASE: LazyLock<Script> =
+    script!("fence.lua", "fair_prune.lua", "fair_force_release.lua");
+static SEMAPHORE_ACQUIRE: LazyLock<Script> = script!("fence.lua", "semaphore_acquire.lua");
+static SEMAPHORE_RELEASE: LazyLock<Script> = script!("fence.lua", "semaphore_release.lua");
+static SEMAPHORE_EXTEND: LazyLock<Script> = script!("fence.lua", "semaphore_extend.lua");
 
 /// How long the fencing counter outlives its last grant.
 const FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-pub(super) const LOCK_SUFFIX: &str = "lock";
-const FENCE_SUFFIX: &str = "fence";
-const CHANNEL_SUFFIX: &str = "released";
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The keys of one lock of one kind.
+struct Keys {
+    lock: String,
+    channel: String,
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn lock_keys(&self, kind: Kind, name: &Name) -> Keys {
+        match kind {
+            // The plain lock keeps the shortest names: `<prefix>{name}:lock`.
+            Kind::Plain => Keys {
+                lock: self.key(name, "lock"),
+                channel: self.key(name, "released"),
+            },
+            _ => {
+                let base = kind.tag();
+                Keys {
+                    lock: self.key(name, base),
+                    channel: self.key(name, &format!("{base}:released")),
+                }
+            }
+        }
+    }
+
+    fn fair_invocation<'a>(&self, script: &'a Script, name: &Name) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(self.key(name, "flock"))
+            .key(self.key(name, "flock:queue"))
+            .key(self.key(name, "flock:deadlines"));
+        invocation
+    }
+
+    fn fair_channel_prefix(&self, name: &Name) -> String {
+        self.key(name, "flock:wake:")
+    }
 }
 
 impl<C> LockBackend for RedisBackend<C>
@@ -35,31 +87,68 @@ where
 {
     type Waiter = RedisWaiter;
 
-    async fn acquire(
-        &self,
-        name: &Name,
-        token: &str,
-        lease: Duration,
-        fencing: bool,
-    ) -> Result<Attempt> {
-        let mut invocation = ACQUIRE.prepare_invoke();
-        invocation
-            .key(self.key(name, LOCK_SUFFIX))
-            .key(self.key(name, FENCE_SUFFIX))
-            .arg(token)
-            .arg(millis(lease))
-            .arg(if fencing { "1" } else { "0" })
-            .arg(millis(FENCE_TTL));
-        let (taken, value): (i64, i64) = self.invoke(invocation).await?;
-        match taken {
-            1 if fencing => {
-                let fence = u64::try_from(value)
-                    .map_err(|_| Error::UnexpectedReply(format!("fencing token {value}")))?;
-                Ok(Attempt::Acquired { fence: Some(fence) })
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
+        let name = request.name;
+        let fence_key = self.key(name, "fence");
+        let fencing = if request.fencing { "1" } else { "0" };
+        let lease = millis(request.lease);
+        let (taken, value): (i64, i64) = match request.kind {
+            Kind::Plain | Kind::Reentrant => {
+                let script = if request.kind == Kind::Plain {
+                    &*ACQUIRE
+                } else {
+                    &*REENTRANT_ACQUIRE
+                };
+                let mut invocation = script.prepare_invoke();
+                invocation
+                    .key(self.lock_keys(request.kind, name).lock)
+                    .key(fence_key)
+                    .arg(request.token)
+                    .arg(lease)
+                    .arg(fencing)
+                    .arg(millis(FENCE_TTL));
+                if let Some(owner) = request.owner {
+                    invocation.arg(owner);
+                }
+                self.invoke(invocation).await?
             }
-            1 => Ok(Attempt::Acquired { fence: None }),
+            Kind::Fair => {
+                let mut invocation = self.fair_invocation(&FAIR_ACQUIRE, name);
+                invocation
+                    .key(fence_key)
+                    .arg(request.token)
+                    .arg(lease)
+                    .arg(fencing)
+                    .arg(millis(FENCE_TTL))
+                    .arg(millis(FAIR_SLOT))
+                    .arg(self.fair_channel_prefix(name));
+                self.invoke(invocation).await?
+            }
+            Kind::Semaphore { permits } => {
+                let mut invocation = SEMAPHORE_ACQUIRE.prepare_invoke();
+                invocation
+                    .key(self.lock_keys(request.kind, name).lock)
+                    .arg(request.token)
+                    .arg(lease)
+                    .arg(permits.get());
+                self.invoke(invocation).await?
+            }
+        };
+        match taken {
+            1 => {
+                let fence =
+                    if request.fencing && request.kind.fences() {
+                        Some(u64::try_from(value).map_err(|_| {
+                            Error::UnexpectedReply(format!("fencing token {value}"))
+                        })?)
+                    } else {
+                        None
+                    };
+                Ok(Attempt::Acquired { fence })
+            }
             0 => Ok(Attempt::Busy {
-                // PTTL: -1 = no expiry (a foreign holder), -2 = gone meanwhile.
+                // PTTL: -1 = no expiry (a foreign holder) or queued behind
+                // others, -2 = gone meanwhile.
                 retry_in: match value {
                     -2 => Some(Duration::ZERO),
                     ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
@@ -70,35 +159,65 @@ where
         }
     }
 
-    async fn release(&self, name: &Name, token: &str) -> Result<bool> {
-        let mut invocation = RELEASE.prepare_invoke();
-        invocation
-            .key(self.key(name, LOCK_SUFFIX))
-            .arg(token)
-            .arg(self.key(name, CHANNEL_SUFFIX));
-        self.invoke(invocation).await
+    async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
+        let keys = self.lock_keys(kind, name);
+        let released: i64 = match kind {
+            Kind::Fair => {
+                let mut invocation = self.fair_invocation(&FAIR_RELEASE, name);
+                invocation.arg(token).arg(self.fair_channel_prefix(name));
+                self.invoke(invocation).await?
+            }
+            _ => {
+                let script = match kind {
+                    Kind::Reentrant => &*REENTRANT_RELEASE,
+                    Kind::Semaphore { .. } => &*SEMAPHORE_RELEASE,
+                    _ => &*RELEASE,
+                };
+                let mut invocation = script.prepare_invoke();
+                invocation.key(keys.lock).arg(token).arg(keys.channel);
+                self.invoke(invocation).await?
+            }
+        };
+        Ok(released == 1)
     }
 
-    async fn extend(&self, name: &Name, token: &str, lease: Duration) -> Result<bool> {
-        let mut invocation = EXTEND.prepare_invoke();
+    async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
+        let script = match kind {
+            Kind::Reentrant => &*REENTRANT_EXTEND,
+            Kind::Semaphore { .. } => &*SEMAPHORE_EXTEND,
+            Kind::Plain | Kind::Fair => &*EXTEND,
+        };
+        let mut invocation = script.prepare_invoke();
         invocation
-            .key(self.key(name, LOCK_SUFFIX))
+            .key(self.lock_keys(kind, name).lock)
             .arg(token)
             .arg(millis(lease));
-        self.invoke(invocation).await
+        let extended: i64 = self.invoke(invocation).await?;
+        Ok(extended == 1)
     }
 
-    async fn force_release(&self, name: &Name) -> Result<bool> {
-        let mut invocation = FORCE_RELEASE.prepare_invoke();
-        invocation
-            .key(self.key(name, LOCK_SUFFIX))
-            .arg(self.key(name, CHANNEL_SUFFIX));
-        self.invoke(invocation).await
+    async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
+        let released: i64 = if kind == Kind::Fair {
+            let mut invocation = self.fair_invocation(&FAIR_FORCE_RELEASE, name);
+            invocation.arg(self.fair_channel_prefix(name));
+            self.invoke(invocation).await?
+        } else {
+            let keys = self.lock_keys(kind, name);
+            let mut invocation = FORCE_RELEASE.prepare_invoke();
+            invocation.key(keys.lock).arg(keys.channel);
+            self.invoke(invocation).await?
+        };
+        Ok(released == 1)
     }
 
-    fn waiter(&self, name: &Name) -> RedisWaiter {
+    fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedisWaiter {
+        let channel = match kind {
+            // Only the head of a fair queue is woken, on its own channel.
+            Kind::Fair => format!("{}{token}", self.fair_channel_prefix(name)),
+            _ => self.lock_keys(kind, name).channel,
+        };
         RedisWaiter {
-            subscription: self.subscription(self.key(name, CHANNEL_SUFFIX)),
+            subscription: self.subscription(channel),
             polling: true,
         }
     }
@@ -122,6 +241,13 @@ impl std::fmt::Debug for RedisWaiter {
 /// Poll period when pub/sub is not available.
 const POLL: Duration = Duration::from_millis(50);
 
+/// Sleeps `min(max, POLL ± 50%)`.
+pub(super) async fn jittered_sleep(max: Duration, period: Duration) {
+    let half = u64::try_from(period.as_micros() / 2).unwrap_or(u64::MAX);
+    let jitter = rand::rng().random_range(0..=2 * half);
+    tokio::time::sleep(max.min(Duration::from_micros(half + jitter))).await;
+}
+
 impl ReleaseWaiter for RedisWaiter {
     async fn arm(&mut self) {
         self.polling = match self.subscription.as_mut() {
@@ -141,11 +267,7 @@ impl ReleaseWaiter for RedisWaiter {
             Some(subscription) if !self.polling => {
                 let _ = tokio::time::timeout(max, subscription.changed()).await;
             }
-            _ => {
-                let jitter = rand::rng().random_range(0..=POLL.as_millis() as u64);
-                let period = POLL / 2 + Duration::from_millis(jitter);
-                tokio::time::sleep(max.min(period)).await;
-            }
+            _ => jittered_sleep(max, POLL).await,
         }
     }
 }

@@ -7,8 +7,17 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::LockBackend;
+use super::{Kind, LockBackend};
 use crate::key::Name;
+
+/// What a watchdog renews.
+pub(super) struct Target {
+    pub(super) kind: Kind,
+    pub(super) name: Name,
+    pub(super) token: std::sync::Arc<str>,
+    pub(super) lease: Duration,
+    pub(super) drift: Duration,
+}
 
 /// How long the lease is known to be valid (measured on the monotonic clock
 /// from *before* the request that granted or renewed it), and whether it has
@@ -70,20 +79,25 @@ impl LeaseState {
 /// succeeds. Failed renewals are retried sooner.
 pub(super) fn spawn<B: LockBackend>(
     backend: B,
-    name: Name,
-    token: std::sync::Arc<str>,
-    lease: Duration,
+    target: Target,
     state: std::sync::Arc<LeaseState>,
 ) -> AbortHandle {
+    let Target {
+        kind,
+        name,
+        token,
+        lease,
+        drift,
+    } = target;
     let period = lease / 3;
     tokio::spawn(async move {
         let mut next = period;
         loop {
             tokio::time::sleep(next).await;
             let started = Instant::now();
-            match backend.extend(&name, &token, lease).await {
+            match backend.extend(kind, &name, &token, lease).await {
                 Ok(true) => {
-                    state.renewed(started + lease);
+                    state.renewed(started + lease.saturating_sub(drift));
                     next = period;
                 }
                 Ok(false) => {

@@ -1,0 +1,250 @@
+//! Redlock: one lock over N independent Redis servers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::redis::jittered_sleep;
+use super::{AcquireRequest, Attempt, Kind, LockBackend, ReleaseWaiter};
+use crate::backend::{RedisBackend, RedisConfig};
+use crate::error::{Error, Result};
+use crate::key::Name;
+
+/// A lock backend over N independent Redis servers (the Redlock algorithm).
+///
+/// An acquisition sends `SET NX PX` to every server at once, each bounded by a
+/// per-server timeout far below the lease, and succeeds only with a majority
+/// (N/2 + 1) and a positive validity: lease − elapsed − drift, with drift =
+/// lease/100 + 2 ms and elapsed measured on a monotonic clock. On failure the
+/// lock is released on every server. Extension and release also go to every
+/// server and count a majority. Use it with [`Lock`](super::Lock) like any
+/// backend: guards, watchdog and lease-lost signal work the same.
+///
+/// Plain locks only, without fencing tokens: N independent counters cannot
+/// give one monotonic sequence.
+///
+/// ```no_run
+/// # async fn run() -> lock_core::Result<()> {
+/// use std::time::Duration;
+/// use lock_core::lock::{Lock, Redlock};
+///
+/// let redlock = Redlock::connect(&[
+///     "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+/// ]).await?;
+/// let lock = Lock::new(redlock, "invoice:2024-07")?;
+/// if let Some(guard) = lock.lock(Duration::from_secs(2)).await? {
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Redlock {
+    servers: Arc<[RedisBackend]>,
+    per_server_timeout: Duration,
+    retry_delay: Duration,
+}
+
+/// Default bound on each server's answer.
+pub const DEFAULT_PER_SERVER_TIMEOUT: Duration = Duration::from_millis(50);
+
+impl Redlock {
+    /// Redlock over already connected servers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] with no server.
+    pub fn new(servers: Vec<RedisBackend>) -> Result<Self> {
+        if servers.is_empty() {
+            return Err(Error::invalid_argument(
+                "servers",
+                "Redlock needs at least one",
+            ));
+        }
+        Ok(Redlock {
+            servers: servers.into(),
+            per_server_timeout: DEFAULT_PER_SERVER_TIMEOUT,
+            retry_delay: Duration::from_millis(50),
+        })
+    }
+
+    /// Connects to every URL (each with a response timeout of
+    /// [`DEFAULT_PER_SERVER_TIMEOUT`]).
+    ///
+    /// # Errors
+    /// A bad URL or a server that cannot be reached.
+    pub async fn connect(urls: &[&str]) -> Result<Self> {
+        let config = RedisConfig::default()
+            .response_timeout(DEFAULT_PER_SERVER_TIMEOUT)
+            .connect_timeout(Duration::from_secs(2));
+        let connects = urls.iter().map(|url| {
+            let config = config.clone();
+            async move { RedisBackend::connect_with(redis::Client::open(*url)?, config).await }
+        });
+        let servers = join_all(connects)
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+        Self::new(servers)
+    }
+
+    /// Bound on each server's answer (default 50 ms); keep it far below the lease.
+    pub fn per_server_timeout(mut self, timeout: Duration) -> Self {
+        self.per_server_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Mean delay between retries while the lock is busy (default 50 ms,
+    /// randomized by ±50%).
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How many servers make a majority.
+    pub fn quorum(&self) -> usize {
+        self.servers.len() / 2 + 1
+    }
+
+    /// Runs `op` on every server at once, each bounded by the per-server timeout.
+    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Vec<Result<T>>
+    where
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T>> + 'a,
+    {
+        let timeout = self.per_server_timeout;
+        join_all(self.servers.iter().map(|server| {
+            let call = op(server);
+            async move {
+                tokio::time::timeout(timeout, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout(timeout)))
+            }
+        }))
+        .await
+    }
+
+    /// Counts `Ok(true)` answers; a majority of them is a yes, a majority of
+    /// answers without enough yeses a no, too few answers an error.
+    fn tally(&self, results: &[Result<bool>]) -> Result<bool> {
+        let yes = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if yes >= self.quorum() {
+            Ok(true)
+        } else if answered >= self.quorum() {
+            Ok(false)
+        } else {
+            Err(Error::NoQuorum {
+                answered,
+                needed: self.quorum(),
+            })
+        }
+    }
+}
+
+fn plain_only(kind: Kind) -> Result<()> {
+    if kind == Kind::Plain {
+        Ok(())
+    } else {
+        Err(Error::invalid_argument(
+            "kind",
+            "Redlock supports plain locks only",
+        ))
+    }
+}
+
+impl LockBackend for Redlock {
+    type Waiter = RedlockWaiter;
+
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
+        plain_only(request.kind)?;
+        if request.fencing {
+            return Err(Error::invalid_argument(
+                "fencing",
+                "Redlock cannot issue monotonic fencing tokens",
+            ));
+        }
+        let started = Instant::now();
+        let results = self.on_all(|server| server.acquire(request)).await;
+        let taken = results
+            .iter()
+            .filter(|r| matches!(r, Ok(Attempt::Acquired { .. })))
+            .count();
+        let validity = request
+            .lease
+            .checked_sub(started.elapsed() + self.clock_drift(request.lease));
+        if taken >= self.quorum() && validity.is_some_and(|v| !v.is_zero()) {
+            return Ok(Attempt::Acquired { fence: None });
+        }
+        // Not ours: undo everywhere, including servers whose answer was lost.
+        let (name, token) = (request.name, request.token);
+        let _ = self
+            .on_all(|server| server.release(Kind::Plain, name, token))
+            .await;
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if answered < self.quorum() {
+            return Err(Error::NoQuorum {
+                answered,
+                needed: self.quorum(),
+            });
+        }
+        let retry_in = results
+            .iter()
+            .filter_map(|r| match r {
+                Ok(Attempt::Busy { retry_in }) => *retry_in,
+                _ => None,
+            })
+            .min();
+        Ok(Attempt::Busy { retry_in })
+    }
+
+    async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
+        plain_only(kind)?;
+        let results = self
+            .on_all(|server| server.release(kind, name, token))
+            .await;
+        self.tally(&results)
+    }
+
+    async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
+        plain_only(kind)?;
+        let results = self
+            .on_all(|server| server.extend(kind, name, token, lease))
+            .await;
+        self.tally(&results)
+    }
+
+    async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
+        plain_only(kind)?;
+        let results = self.on_all(|server| server.force_release(kind, name)).await;
+        if results.iter().filter(|r| r.is_ok()).count() < self.quorum() {
+            return self.tally(&results);
+        }
+        Ok(results.iter().any(|r| matches!(r, Ok(true))))
+    }
+
+    fn waiter(&self, _kind: Kind, _name: &Name, _token: &str) -> RedlockWaiter {
+        RedlockWaiter {
+            delay: self.retry_delay,
+        }
+    }
+
+    fn clock_drift(&self, lease: Duration) -> Duration {
+        lease / 100 + Duration::from_millis(2)
+    }
+}
+
+/// Waits between Redlock retries: a random delay around the retry delay, so
+/// competing clients do not retry in lockstep.
+#[derive(Debug)]
+pub struct RedlockWaiter {
+    delay: Duration,
+}
+
+impl ReleaseWaiter for RedlockWaiter {
+    async fn arm(&mut self) {}
+
+    async fn wait(&mut self, max: Duration) {
+        jittered_sleep(max, self.delay).await;
+    }
+}

@@ -1,0 +1,121 @@
+//! Reentrant locks: one owner may hold the lock several times at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Kind, Lock, LockBackend, LockGuard, LockOptions, new_token};
+use crate::error::{Error, Result};
+use crate::key::Name;
+
+/// Who holds a [`ReentrantLock`]. Async tasks have no thread id, so ownership
+/// is an explicit value: pass the same `Owner` down the nested code paths of
+/// one request and they re-enter; any other owner is excluded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    /// A new owner with a random 128-bit id.
+    pub fn new() -> Self {
+        Owner(new_token().into())
+    }
+
+    /// An owner with a chosen id (e.g. a request id), validated like a name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty, oversized or braced id.
+    pub fn from_id(id: impl AsRef<str>) -> Result<Self> {
+        Ok(Owner(Name::new(id)?.as_str().into()))
+    }
+
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Owner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A distributed reentrant lock. Each successful [`lock`](Self::lock) returns
+/// its own guard; the lock is free again once every guard of the owner is
+/// released (or its lease ends).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// use lock_core::backend::MemoryBackend;
+/// use lock_core::lock::{Owner, ReentrantLock};
+///
+/// let lock = ReentrantLock::new(MemoryBackend::new(), "account:7")?;
+/// let me = Owner::new();
+/// let outer = lock.try_lock(&me).await?.expect("free");
+/// let inner = lock.try_lock(&me).await?.expect("same owner re-enters");
+/// assert!(lock.try_lock(&Owner::new()).await?.is_none());
+/// inner.release().await?;
+/// outer.release().await?;
+/// assert!(lock.try_lock(&Owner::new()).await?.is_some());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReentrantLock<B> {
+    inner: Lock<B>,
+}
+
+impl<B: LockBackend> ReentrantLock<B> {
+    /// A reentrant lock named `name` with default options.
+    ///
+    /// # Errors
+    /// As [`Lock::new`].
+    pub fn new(backend: B, name: impl AsRef<str>) -> Result<Self> {
+        Self::with_options(backend, name, LockOptions::new())
+    }
+
+    /// A reentrant lock with `options` (which must not ask for fairness).
+    ///
+    /// # Errors
+    /// As [`Lock::with_options`], and [`Error::InvalidArgument`] for a fair one.
+    pub fn with_options(backend: B, name: impl AsRef<str>, options: LockOptions) -> Result<Self> {
+        if options.fair {
+            return Err(Error::invalid_argument(
+                "options",
+                "a reentrant lock cannot also be fair",
+            ));
+        }
+        Ok(ReentrantLock {
+            inner: Lock::of_kind(backend, name, Kind::Reentrant, options)?,
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &Name {
+        self.inner.name()
+    }
+
+    /// Takes the lock for `owner` if it is free or already `owner`'s.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn try_lock(&self, owner: &Owner) -> Result<Option<LockGuard<B>>> {
+        self.lock(owner, Duration::ZERO).await
+    }
+
+    /// Takes the lock for `owner`, waiting at most `wait` while another owner
+    /// holds it.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn lock(&self, owner: &Owner, wait: Duration) -> Result<Option<LockGuard<B>>> {
+        self.inner.acquire(Some(owner.id()), wait).await
+    }
+
+    /// Releases the lock whoever holds it, however many times.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.inner.force_unlock().await
+    }
+}
