@@ -2,8 +2,8 @@
 //! Redis key under a lock, or holds a lock until killed.
 //!
 //! ```text
-//! lock-worker rmw  <redis-url> <lock-name> <counter-key> <rounds>
-//! lock-worker hold <redis-url> <lock-name> <lease-ms>
+//! lock-worker rmw  <redis-url> <lock-name> <counter-key> <rounds> [kind]
+//! lock-worker hold <redis-url> <lock-name> <lease-ms> [kind]
 //! lock-worker buy  <redis-url> <item> <buyers> <tag>
 //! lock-worker hit  <redis-url> <key> <limit> <period-ms> <calls>
 //! ```
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_core::backend::RedisBackend;
 use lock_core::counter::{Purchase, Stock};
-use lock_core::lock::{Lock, LockOptions};
+use lock_core::lock::{Lock, LockGuard, LockOptions, Owner, ReentrantLock, Semaphore};
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use redis::AsyncCommands;
 
@@ -27,8 +27,10 @@ async fn main() -> Result<(), Error> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["rmw", url, name, key, rounds] => rmw(url, name, key, rounds.parse()?).await,
-        ["hold", url, name, lease] => hold(url, name, lease.parse()?).await,
+        ["rmw", url, name, key, rounds] => rmw(url, name, key, rounds.parse()?, "plain").await,
+        ["rmw", url, name, key, rounds, kind] => rmw(url, name, key, rounds.parse()?, kind).await,
+        ["hold", url, name, lease] => hold(url, name, lease.parse()?, "plain").await,
+        ["hold", url, name, lease, kind] => hold(url, name, lease.parse()?, kind).await,
         ["buy", url, item, buyers, tag] => buy(url, item, buyers.parse()?, tag).await,
         ["hit", url, key, limit, period, calls] => {
             hit(url, key, limit.parse()?, period.parse()?, calls.parse()?).await
@@ -37,20 +39,60 @@ async fn main() -> Result<(), Error> {
     }
 }
 
-/// Non-atomic GET + SET on `key` under the lock, `rounds` times.
-async fn rmw(url: &str, name: &str, key: &str, rounds: u64) -> Result<(), Error> {
+/// A lock of `kind` (plain, fair, reentrant, semaphore: one permit).
+#[derive(Clone)]
+enum AnyLock {
+    Lock(Lock<RedisBackend>),
+    Reentrant(ReentrantLock<RedisBackend>, Owner),
+    Semaphore(Semaphore<RedisBackend>),
+}
+
+impl AnyLock {
+    fn new(
+        backend: RedisBackend,
+        name: &str,
+        kind: &str,
+        options: LockOptions,
+    ) -> Result<Self, Error> {
+        Ok(match kind {
+            "plain" => AnyLock::Lock(Lock::with_options(backend, name, options)?),
+            "fair" => AnyLock::Lock(Lock::with_options(backend, name, options.fair(true))?),
+            "reentrant" => AnyLock::Reentrant(
+                ReentrantLock::with_options(backend, name, options)?,
+                Owner::new(),
+            ),
+            "semaphore" => AnyLock::Semaphore(Semaphore::with_options(
+                backend,
+                name,
+                std::num::NonZeroU32::MIN,
+                options,
+            )?),
+            other => return Err(format!("unknown kind {other}").into()),
+        })
+    }
+
+    async fn lock(&self, wait: Duration) -> Result<LockGuard<RedisBackend>, Error> {
+        let guard = match self {
+            AnyLock::Lock(lock) => lock.lock(wait).await?,
+            AnyLock::Reentrant(lock, owner) => lock.lock(owner, wait).await?,
+            AnyLock::Semaphore(sem) => sem.acquire(wait).await?,
+        };
+        guard.ok_or_else(|| format!("busy for {wait:?}").into())
+    }
+}
+
+/// Non-atomic GET + SET on `key` under a lock of `kind`, `rounds` times.
+async fn rmw(url: &str, name: &str, key: &str, rounds: u64, kind: &str) -> Result<(), Error> {
     let backend = RedisBackend::connect(url).await?;
     let mut conn = backend.connection();
-    let lock = Lock::with_options(
+    let lock = AnyLock::new(
         backend,
         name,
+        kind,
         LockOptions::new().lease(Duration::from_secs(30)),
     )?;
     for _ in 0..rounds {
-        let guard = lock
-            .lock(Duration::from_secs(60))
-            .await?
-            .ok_or("lock busy for 60 s")?;
+        let guard = lock.lock(Duration::from_secs(60)).await?;
         let seen: u64 = conn.get::<_, Option<u64>>(key).await?.unwrap_or(0);
         tokio::task::yield_now().await;
         let () = conn.set(key, seen + 1).await?;
@@ -62,18 +104,13 @@ async fn rmw(url: &str, name: &str, key: &str, rounds: u64) -> Result<(), Error>
     Ok(())
 }
 
-/// Takes the lock with a watchdog lease, prints `held`, and waits to be killed.
-async fn hold(url: &str, name: &str, lease_ms: u64) -> Result<(), Error> {
+/// Takes a lock of `kind` with a watchdog lease, prints `held`, and waits to
+/// be killed.
+async fn hold(url: &str, name: &str, lease_ms: u64, kind: &str) -> Result<(), Error> {
     let backend = RedisBackend::connect(url).await?;
-    let lock = Lock::with_options(
-        backend,
-        name,
-        LockOptions::new().watchdog(Duration::from_millis(lease_ms)),
-    )?;
-    let _guard = lock
-        .lock(Duration::from_secs(30))
-        .await?
-        .ok_or("lock busy for 30 s")?;
+    let options = LockOptions::new().watchdog(Duration::from_millis(lease_ms));
+    let lock = AnyLock::new(backend, name, kind, options)?;
+    let _guard = lock.lock(Duration::from_secs(30)).await?;
     println!("held");
     std::future::pending::<()>().await;
     Ok(())
