@@ -15,6 +15,7 @@
 //! ```
 
 pub mod counter_suite;
+pub mod http;
 pub mod kinds_suite;
 pub mod lock_suite;
 pub mod rate_suite;

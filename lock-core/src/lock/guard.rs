@@ -135,6 +135,13 @@ impl<B: LockBackend> LockGuard<B> {
         self.state.lost().await;
     }
 
+    /// Like [`lost`](Self::lost), but owning what it needs: a `'static`
+    /// future to store beside the guard (in a response future, a task).
+    pub fn lost_owned(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let state = self.state.clone();
+        async move { state.lost().await }
+    }
+
     /// Sets the lease to `ttl` from now, if we still own the lock.
     ///
     /// # Errors

@@ -1,0 +1,427 @@
+//! Key extractors: which bucket or lock a request belongs to.
+//!
+//! | extractor | key |
+//! | --- | --- |
+//! | [`PeerIp`] | the TCP peer's address (IPv6 grouped by prefix) |
+//! | [`ClientIp`] | the client's address behind trusted proxies (`X-Forwarded-For` or `Forwarded`) |
+//! | [`HeaderKey`] | a header's value (an API key, a user id) |
+//! | [`PathKey`] | the request path |
+//! | [`GlobalKey`] | one constant key: a limit shared by every request |
+//! | any `Fn(RequestParts<'_>) -> Option<String>` | whatever it returns |
+//!
+//! The peer address is read from request extensions: a [`SocketAddr`], or
+//! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use http::header::{FORWARDED, HeaderName};
+use http::{Extensions, HeaderMap, Method, Request, Uri};
+use ipnet::IpNet;
+
+/// The parts of a request a key extractor may look at.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RequestParts<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI.
+    pub uri: &'a Uri,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The extensions (connection info, matched route, ...).
+    pub extensions: &'a Extensions,
+}
+
+impl<'a> RequestParts<'a> {
+    /// A view of `request`.
+    pub fn new<B>(request: &'a Request<B>) -> Self {
+        RequestParts {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+
+    /// The TCP peer's address, from a [`SocketAddr`] extension or (with the
+    /// `axum` feature) axum's `ConnectInfo<SocketAddr>`.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "axum")]
+        if let Some(info) = self
+            .extensions
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        {
+            return Some(info.0);
+        }
+        self.extensions.get::<SocketAddr>().copied()
+    }
+}
+
+/// Decides the key of a request; `None` when it has none (see
+/// [`MissingKey`](crate::MissingKey)).
+pub trait KeyExtractor: Clone + Send + Sync + 'static {
+    /// The key of the request.
+    fn extract(&self, request: RequestParts<'_>) -> Option<String>;
+}
+
+impl<F> KeyExtractor for F
+where
+    F: Fn(RequestParts<'_>) -> Option<String> + Clone + Send + Sync + 'static,
+{
+    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+        self(request)
+    }
+}
+
+/// Groups IPv6 addresses by prefix (one customer usually owns a whole /64),
+/// and turns an IPv4-mapped IPv6 address back into IPv4.
+fn ip_key(ip: IpAddr, v6_prefix: u8) -> String {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let bits = u128::from(v6);
+                let mask = if v6_prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(v6_prefix.min(128)))
+                };
+                format!("{}/{}", Ipv6Addr::from(bits & mask), v6_prefix.min(128))
+            }
+        },
+        IpAddr::V4(v4) => v4.to_string(),
+    }
+}
+
+/// The default IPv6 grouping prefix.
+pub const DEFAULT_V6_PREFIX: u8 = 64;
+
+/// The TCP peer's IP address. Behind a reverse proxy every request comes from
+/// the proxy: use [`ClientIp`] there.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerIp {
+    v6_prefix: u8,
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        PeerIp {
+            v6_prefix: DEFAULT_V6_PREFIX,
+        }
+    }
+}
+
+impl PeerIp {
+    /// IPv6 grouped by /64.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Groups IPv6 addresses by `prefix` bits (128 = one key per address).
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.v6_prefix = prefix.min(128);
+        self
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+        Some(ip_key(request.peer_addr()?.ip(), self.v6_prefix))
+    }
+}
+
+/// Which header a [`ClientIp`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for="[2001:db8::1]:4711"`.
+    Forwarded,
+}
+
+/// The client's IP address behind trusted reverse proxies.
+///
+/// If the TCP peer is not a trusted proxy, its address is the key (so a
+/// client cannot pick its own key with a forged header). If it is, the
+/// forwarding header is read from the right: the first address that is not a
+/// trusted proxy is the client. IPv6 addresses are grouped by prefix.
+///
+/// ```
+/// use lock_tower::key::ClientIp;
+/// let key = ClientIp::new(["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientIp {
+    trusted: Arc<[IpNet]>,
+    header: ForwardedHeader,
+    v6_prefix: u8,
+}
+
+impl ClientIp {
+    /// Trusts proxies in `trusted` and reads `X-Forwarded-For`.
+    pub fn new(trusted: impl IntoIterator<Item = IpNet>) -> Self {
+        ClientIp {
+            trusted: trusted.into_iter().collect(),
+            header: ForwardedHeader::default(),
+            v6_prefix: DEFAULT_V6_PREFIX,
+        }
+    }
+
+    /// Reads `header` instead.
+    pub fn header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
+    }
+
+    /// Groups IPv6 addresses by `prefix` bits (default 64).
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.v6_prefix = prefix.min(128);
+        self
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The hops in the forwarding header, left (client) to right (last proxy).
+    fn hops(&self, headers: &HeaderMap) -> Vec<String> {
+        let name: HeaderName = match self.header {
+            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => FORWARDED,
+        };
+        let mut hops = Vec::new();
+        for value in headers.get_all(&name) {
+            let Ok(value) = value.to_str() else {
+                hops.push(String::new());
+                continue;
+            };
+            for element in value.split(',') {
+                let hop = match self.header {
+                    ForwardedHeader::XForwardedFor => element.trim().to_owned(),
+                    ForwardedHeader::Forwarded => element
+                        .split(';')
+                        .filter_map(|pair| pair.trim().split_once('='))
+                        .find(|(k, _)| k.trim().eq_ignore_ascii_case("for"))
+                        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+                        .unwrap_or_default(),
+                };
+                hops.push(hop);
+            }
+        }
+        hops
+    }
+}
+
+/// Parses `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]:80`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(addr) = hop.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    hop.strip_prefix('[')
+        .and_then(|rest| rest.split_once(']'))
+        .and_then(|(ip, _)| ip.parse().ok())
+}
+
+impl KeyExtractor for ClientIp {
+    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+        let peer = request.peer_addr()?.ip();
+        if !self.is_trusted(peer) {
+            return Some(ip_key(peer, self.v6_prefix));
+        }
+        let hops = self.hops(request.headers);
+        let mut client = peer;
+        for hop in hops.iter().rev() {
+            // An unreadable hop cannot be trusted to be a proxy: stop at the
+            // last address we could read.
+            let Some(ip) = parse_hop(hop) else { break };
+            client = ip;
+            if !self.is_trusted(ip) {
+                break;
+            }
+        }
+        Some(ip_key(client, self.v6_prefix))
+    }
+}
+
+/// A header's value, e.g. an API key; requests without it have no key.
+#[derive(Debug, Clone)]
+pub struct HeaderKey(HeaderName);
+
+impl HeaderKey {
+    /// Keys by `header`.
+    pub fn new(header: HeaderName) -> Self {
+        HeaderKey(header)
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+        let value = request.headers.get(&self.0)?.to_str().ok()?;
+        (!value.is_empty()).then(|| value.to_owned())
+    }
+}
+
+/// The request path (e.g. one lock per `/orders/42`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PathKey;
+
+impl KeyExtractor for PathKey {
+    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+        Some(request.uri.path().to_owned())
+    }
+}
+
+/// The same key for every request: one limit for the whole service.
+#[derive(Debug, Clone)]
+pub struct GlobalKey(Arc<str>);
+
+impl GlobalKey {
+    /// The key `"global"`.
+    pub fn new() -> Self {
+        GlobalKey(Arc::from("global"))
+    }
+
+    /// A chosen constant key.
+    pub fn named(key: &str) -> Self {
+        GlobalKey(Arc::from(key))
+    }
+}
+
+impl Default for GlobalKey {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyExtractor for GlobalKey {
+    fn extract(&self, _request: RequestParts<'_>) -> Option<String> {
+        Some(self.0.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
+        let mut builder = Request::builder().uri("/orders/42");
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let mut req = builder.body(()).unwrap();
+        req.extensions_mut()
+            .insert(peer.parse::<SocketAddr>().unwrap());
+        req
+    }
+
+    fn client_ip() -> ClientIp {
+        ClientIp::new(["10.0.0.0/8".parse().unwrap()])
+    }
+
+    #[test]
+    fn untrusted_peer_cannot_choose_its_key() {
+        let req = request("203.0.113.9:5000", &[("x-forwarded-for", "1.2.3.4")]);
+        assert_eq!(
+            client_ip().extract(RequestParts::new(&req)).as_deref(),
+            Some("203.0.113.9")
+        );
+    }
+
+    #[test]
+    fn rightmost_untrusted_hop_is_the_client() {
+        let req = request(
+            "10.0.0.2:5000",
+            &[("x-forwarded-for", "6.6.6.6, 198.51.100.7, 10.0.0.1")],
+        );
+        assert_eq!(
+            client_ip().extract(RequestParts::new(&req)).as_deref(),
+            Some("198.51.100.7")
+        );
+    }
+
+    #[test]
+    fn several_headers_and_forwarded_syntax() {
+        let req = request(
+            "10.0.0.2:5000",
+            &[
+                ("forwarded", "for=6.6.6.6"),
+                (
+                    "forwarded",
+                    "for=\"[2001:db8:1:2::9]:4711\";proto=https, for=10.1.1.1",
+                ),
+            ],
+        );
+        let key = client_ip().header(ForwardedHeader::Forwarded);
+        assert_eq!(
+            key.extract(RequestParts::new(&req)).as_deref(),
+            Some("2001:db8:1:2::/64")
+        );
+    }
+
+    #[test]
+    fn all_trusted_falls_back_to_leftmost_and_garbage_stops() {
+        let req = request(
+            "10.0.0.2:5000",
+            &[("x-forwarded-for", "10.9.9.9, 10.0.0.1")],
+        );
+        assert_eq!(
+            client_ip().extract(RequestParts::new(&req)).as_deref(),
+            Some("10.9.9.9")
+        );
+        let req = request(
+            "10.0.0.2:5000",
+            &[("x-forwarded-for", "6.6.6.6, garbage, 10.0.0.1")],
+        );
+        assert_eq!(
+            client_ip().extract(RequestParts::new(&req)).as_deref(),
+            Some("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn ipv6_is_grouped_by_prefix() {
+        let a = request("[2001:db8:aa:bb:1::1]:1", &[]);
+        let b = request("[2001:db8:aa:bb:ffff::2]:1", &[]);
+        let c = request("[2001:db8:aa:cc::1]:1", &[]);
+        let key = |r: &Request<()>| PeerIp::new().extract(RequestParts::new(r));
+        assert_eq!(key(&a), key(&b));
+        assert_ne!(key(&a), key(&c));
+        let full = PeerIp::new().ipv6_prefix(128);
+        assert_ne!(
+            full.extract(RequestParts::new(&a)),
+            full.extract(RequestParts::new(&b))
+        );
+        let mapped = request("[::ffff:192.0.2.1]:1", &[]);
+        assert_eq!(key(&mapped).as_deref(), Some("192.0.2.1"));
+    }
+
+    #[test]
+    fn header_path_global_and_closures() {
+        let req = request("192.0.2.1:1", &[("x-api-key", "k1")]);
+        let parts = RequestParts::new(&req);
+        assert_eq!(
+            HeaderKey::new(HeaderName::from_static("x-api-key"))
+                .extract(parts)
+                .as_deref(),
+            Some("k1")
+        );
+        assert_eq!(
+            HeaderKey::new(HeaderName::from_static("x-user")).extract(parts),
+            None
+        );
+        assert_eq!(PathKey.extract(parts).as_deref(), Some("/orders/42"));
+        assert_eq!(GlobalKey::new().extract(parts).as_deref(), Some("global"));
+        let by_method = |p: RequestParts<'_>| Some(p.method.to_string());
+        assert_eq!(by_method.extract(parts).as_deref(), Some("GET"));
+    }
+}

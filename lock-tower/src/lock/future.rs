@@ -1,0 +1,139 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{Request, Response, StatusCode};
+use pin_project::pin_project;
+use tower::Service;
+
+use crate::body::{GuardedBody, Held};
+use crate::response::plain;
+
+/// A lock (or permit) taken for a request.
+pub(crate) struct Acquired {
+    pub(crate) guard: Held,
+    /// Completes when the lease is lost.
+    pub(crate) lost: BoxFuture<'static, ()>,
+}
+
+/// What the layer decided for a request.
+pub(crate) enum Verdict {
+    /// Call the inner service, holding this lock if any.
+    Proceed(Option<Acquired>),
+    /// Answer with this response instead.
+    Respond(Response<Bytes>),
+}
+
+// The request waits in the first state; boxing it would cost an allocation
+// per request for no gain (the future is built once per request anyway).
+#[allow(clippy::large_enum_variant)]
+#[pin_project(project = StateProj)]
+enum State<S: Service<Request<ReqBody>>, ReqBody> {
+    Acquiring {
+        verdict: BoxFuture<'static, Verdict>,
+        request: Option<Request<ReqBody>>,
+        inner: Option<S>,
+    },
+    Calling {
+        #[pin]
+        future: S::Future,
+        acquired: Option<Acquired>,
+    },
+    Done,
+}
+
+/// Response future of [`LockService`](super::LockService): takes the lock,
+/// calls the inner service, and releases the lock when the response is ready
+/// (or hands it to the body). Dropping it releases the lock at once.
+#[pin_project]
+pub struct ResponseFuture<S: Service<Request<ReqBody>>, ReqBody> {
+    #[pin]
+    state: State<S, ReqBody>,
+    hold_body: bool,
+    cancel_on_loss: bool,
+}
+
+impl<S: Service<Request<ReqBody>>, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
+    pub(super) fn new(
+        verdict: BoxFuture<'static, Verdict>,
+        request: Request<ReqBody>,
+        inner: S,
+        hold_body: bool,
+        cancel_on_loss: bool,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Acquiring {
+                verdict,
+                request: Some(request),
+                inner: Some(inner),
+            },
+            hold_body,
+            cancel_on_loss,
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<Bytes>,
+{
+    type Output = Result<Response<GuardedBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Acquiring {
+                    verdict,
+                    request,
+                    inner,
+                } => {
+                    let acquired = match ready!(verdict.as_mut().poll(cx)) {
+                        Verdict::Proceed(acquired) => acquired,
+                        Verdict::Respond(response) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(response.map(GuardedBody::from)));
+                        }
+                    };
+                    let (Some(request), Some(mut inner)) = (request.take(), inner.take()) else {
+                        unreachable!("an acquiring future holds its request and service");
+                    };
+                    let future = inner.call(request);
+                    this.state.set(State::Calling { future, acquired });
+                }
+                StateProj::Calling { future, acquired } => {
+                    let response = match future.poll(cx) {
+                        Poll::Ready(response) => response?,
+                        Poll::Pending => {
+                            if *this.cancel_on_loss
+                                && let Some(acquired) = acquired.as_mut()
+                                && acquired.lost.as_mut().poll(cx).is_ready()
+                            {
+                                tracing::warn!("lock lease lost; cancelling the handler");
+                                this.state.set(State::Done);
+                                let response =
+                                    plain(StatusCode::SERVICE_UNAVAILABLE, "Lock lease lost\n");
+                                return Poll::Ready(Ok(response.map(GuardedBody::from)));
+                            }
+                            return Poll::Pending;
+                        }
+                    };
+                    let guard = acquired.take().map(|a| a.guard);
+                    let keep = if *this.hold_body { guard } else { None };
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response.map(|body| GuardedBody::new(body, keep))));
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use lock_core::backend::MemoryBackend;
+use lock_core::lock::{LockBackend, LockOptions};
+use tower::Layer;
+
+use super::service::LockService;
+use crate::failure::{Metrics, MissingKey, OnBackendFailure};
+use crate::key::KeyExtractor;
+
+/// Default bound on lock calls beyond the wait itself.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Mutex,
+    Concurrency(NonZeroU32),
+}
+
+/// Serializes requests that share a key. See the [module docs](crate::lock).
+#[derive(Debug, Clone)]
+pub struct LockLayer<B, K> {
+    pub(crate) backend: B,
+    pub(crate) fallback: MemoryBackend,
+    pub(crate) key: K,
+    pub(crate) scope: Arc<str>,
+    pub(crate) mode: Mode,
+    pub(crate) options: LockOptions,
+    pub(crate) wait: Duration,
+    pub(crate) busy_status: StatusCode,
+    pub(crate) hold_body: bool,
+    pub(crate) cancel_on_loss: bool,
+    pub(crate) on_failure: OnBackendFailure,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) timeout: Duration,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
+    /// One request at a time per key. Defaults: refuse a busy key at once with
+    /// 423, a 30 s watchdog lease, release when the response is produced, fail
+    /// closed (503), 500 for a request without a key, lock names
+    /// `http:<key>`.
+    pub fn new(backend: B, key: K) -> Self {
+        LockLayer {
+            backend,
+            fallback: MemoryBackend::new(),
+            key,
+            scope: Arc::from("http"),
+            mode: Mode::Mutex,
+            options: LockOptions::new(),
+            wait: Duration::ZERO,
+            busy_status: StatusCode::LOCKED,
+            hold_body: false,
+            cancel_on_loss: false,
+            on_failure: OnBackendFailure::default(),
+            missing_key: MissingKey::default(),
+            timeout: DEFAULT_LOCK_TIMEOUT,
+            metrics: Arc::default(),
+        }
+    }
+
+    /// Lock names are `<scope>:<key>` (default scope `http`).
+    pub fn scope(mut self, scope: &str) -> Self {
+        self.scope = Arc::from(scope);
+        self
+    }
+
+    /// Lease and fencing options of each lock (default: 30 s watchdog).
+    pub fn lock_options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Waits up to `wait` for a busy key, then answers 503 with `Retry-After`.
+    /// Zero (the default) refuses at once with the busy status.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Status of an immediate refusal (default 423 Locked; 409 Conflict is
+    /// the other usual choice).
+    pub fn busy_status(mut self, status: StatusCode) -> Self {
+        self.busy_status = status;
+        self
+    }
+
+    /// Keep the lock until the response body has been sent, not just produced.
+    pub fn hold_until_body_sent(mut self, on: bool) -> Self {
+        self.hold_body = on;
+        self
+    }
+
+    /// Cancel the handler (and answer 503) when the lock's lease is lost.
+    pub fn cancel_on_lease_loss(mut self, on: bool) -> Self {
+        self.cancel_on_loss = on;
+        self
+    }
+
+    /// What to do when the backend fails (default fail closed: 503). With
+    /// `Fallback`, requests are serialized per instance by a local lock.
+    pub fn on_backend_failure(mut self, policy: OnBackendFailure) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// What to do with a request without a key (default 500).
+    pub fn on_missing_key(mut self, policy: MissingKey) -> Self {
+        self.missing_key = policy;
+        self
+    }
+
+    /// Bound on lock calls beyond the wait (default 500 ms): a hung backend
+    /// never holds a request longer than `wait + timeout`.
+    pub fn decision_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The counters of this layer and every service it made.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+}
+
+impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
+    type Service = LockService<S, B, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::new(inner, Arc::new(self.clone()))
+    }
+}
+
+/// At most N requests in flight per key, across every instance (a
+/// distributed semaphore per key). Built on [`LockLayer`], with the same
+/// options; a busy key is refused with 503 by default.
+#[derive(Debug, Clone)]
+pub struct ConcurrencyLimitLayer<B, K>(LockLayer<B, K>);
+
+impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
+    /// At most `permits` requests per key at once; permits have a 30 s
+    /// watchdog lease, so a crashed instance's permits come back.
+    pub fn new(backend: B, key: K, permits: NonZeroU32) -> Self {
+        let mut layer = LockLayer::new(backend, key)
+            .scope("http-concurrency")
+            .busy_status(StatusCode::SERVICE_UNAVAILABLE);
+        layer.mode = Mode::Concurrency(permits);
+        ConcurrencyLimitLayer(layer)
+    }
+
+    /// Adjusts the underlying [`LockLayer`] options (wait, statuses, failure
+    /// policy, ...). Fencing options are ignored.
+    pub fn configure(self, f: impl FnOnce(LockLayer<B, K>) -> LockLayer<B, K>) -> Self {
+        let mode = self.0.mode;
+        let mut layer = f(self.0);
+        layer.mode = mode;
+        layer.options = layer.options.fencing(false).fair(false);
+        ConcurrencyLimitLayer(layer)
+    }
+
+    /// The counters of this layer and every service it made.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.0.metrics()
+    }
+}
+
+impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for ConcurrencyLimitLayer<B, K> {
+    type Service = LockService<S, B, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        self.0.layer(inner)
+    }
+}

@@ -1,0 +1,115 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::{HeaderMap, Request, Response};
+use lock_core::rate::Decision;
+use pin_project::pin_project;
+use tower::Service;
+
+/// What the limiter decided for a request.
+pub(crate) enum Verdict {
+    /// Call the inner service; add headers for the decision, if any.
+    Allow(Option<Decision>),
+    /// Answer with this response instead.
+    Respond(Response<Bytes>),
+}
+
+pub(super) type AddHeaders = Box<dyn FnOnce(&mut HeaderMap, &Decision) + Send>;
+
+// The request waits in the first state; boxing it would cost an allocation
+// per request for no gain (the future is built once per request anyway).
+#[allow(clippy::large_enum_variant)]
+#[pin_project(project = StateProj)]
+enum State<S: Service<Request<ReqBody>>, ReqBody> {
+    Deciding {
+        verdict: BoxFuture<'static, Verdict>,
+        request: Option<Request<ReqBody>>,
+        inner: Option<S>,
+    },
+    Calling {
+        #[pin]
+        future: S::Future,
+        decision: Option<Decision>,
+    },
+    Done,
+}
+
+/// Response future of [`RateLimit`](super::RateLimit): decides, then calls the
+/// inner service and adds the rate-limit headers.
+#[pin_project]
+pub struct ResponseFuture<S: Service<Request<ReqBody>>, ReqBody> {
+    #[pin]
+    state: State<S, ReqBody>,
+    add_headers: Option<AddHeaders>,
+}
+
+impl<S: Service<Request<ReqBody>>, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
+    pub(super) fn new(
+        verdict: BoxFuture<'static, Verdict>,
+        request: Request<ReqBody>,
+        inner: S,
+        add_headers: AddHeaders,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Deciding {
+                verdict,
+                request: Some(request),
+                inner: Some(inner),
+            },
+            add_headers: Some(add_headers),
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<Bytes>,
+{
+    type Output = Result<Response<ResBody>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Deciding {
+                    verdict,
+                    request,
+                    inner,
+                } => {
+                    let decision = match ready!(verdict.as_mut().poll(cx)) {
+                        Verdict::Allow(decision) => decision,
+                        Verdict::Respond(response) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(response.map(ResBody::from)));
+                        }
+                    };
+                    let (Some(request), Some(mut inner)) = (request.take(), inner.take()) else {
+                        unreachable!("a deciding future holds its request and service");
+                    };
+                    let future = inner.call(request);
+                    this.state.set(State::Calling { future, decision });
+                }
+                StateProj::Calling { future, decision } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    if let (Some(decision), Some(add)) = (decision.take(), this.add_headers.take())
+                    {
+                        add(response.headers_mut(), &decision);
+                    }
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use lock_core::Error;
+use lock_core::rate::{Decision, RateBackend};
+use tower::Service;
+
+use super::future::{ResponseFuture, Verdict};
+use super::layer::Shared;
+use crate::failure::{MissingKey, OnBackendFailure};
+use crate::headers;
+use crate::key::{KeyExtractor, RequestParts};
+use crate::response::{plain, unavailable};
+
+/// The service made by [`RateLimitLayer`](super::RateLimitLayer). Clones share
+/// the limiter, so limits hold across clones (and, on Redis, instances).
+pub struct RateLimit<S, B, K> {
+    inner: S,
+    shared: Arc<Shared<B, K>>,
+}
+
+impl<S: Clone, B, K> Clone for RateLimit<S, B, K> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, B, K> std::fmt::Debug for RateLimit<S, B, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, K> RateLimit<S, B, K> {
+    pub(super) fn new(inner: S, shared: Arc<Shared<B, K>>) -> Self {
+        RateLimit { inner, shared }
+    }
+}
+
+impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
+    fn refuse(&self, decision: &Decision) -> Response<Bytes> {
+        self.metrics.count_refused();
+        let mut response = match &self.refusal {
+            Some(refusal) => refusal(decision),
+            None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n"),
+        };
+        headers::apply(
+            response.headers_mut(),
+            self.limiter.policy(),
+            &self.policy_value,
+            decision,
+            self.legacy,
+        );
+        response
+    }
+
+    fn verdict(&self, decision: Decision) -> Verdict {
+        if decision.allowed {
+            self.metrics.count_allowed();
+            Verdict::Allow(Some(decision))
+        } else {
+            Verdict::Respond(self.refuse(&decision))
+        }
+    }
+
+    fn missing_key(&self) -> Verdict {
+        self.metrics.count_missing_key();
+        match self.missing_key {
+            MissingKey::PassThrough => Verdict::Allow(None),
+            MissingKey::Respond(status) => Verdict::Respond(plain(status, "No rate-limit key\n")),
+        }
+    }
+
+    /// One decision for `key`, bounded by the decision timeout, with the
+    /// failure policy applied.
+    async fn decide(&self, key: String, cost: u32) -> Verdict {
+        let result = tokio::time::timeout(self.timeout, self.limiter.check_cost(&key, cost))
+            .await
+            .unwrap_or(Err(Error::Timeout(self.timeout)));
+        let error = match result {
+            Ok(decision) => return self.verdict(decision),
+            Err(Error::InvalidName { .. }) => return self.missing_key(),
+            Err(error) if !error.is_backend_failure() => {
+                tracing::error!(%error, "rate limit cannot decide");
+                return Verdict::Respond(plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Rate limit misconfigured\n",
+                ));
+            }
+            Err(error) => error,
+        };
+        self.metrics.count_backend_failure();
+        tracing::warn!(%error, policy = ?self.on_failure, "rate-limit backend failed");
+        match (self.on_failure, &self.fallback) {
+            (OnBackendFailure::FailOpen, _) => {
+                self.metrics.count_allowed();
+                Verdict::Allow(None)
+            }
+            (OnBackendFailure::Fallback, Some(fallback)) => {
+                match fallback.check_cost(&key, cost).await {
+                    Ok(decision) => self.verdict(decision),
+                    Err(_) => Verdict::Respond(unavailable()),
+                }
+            }
+            _ => {
+                self.metrics.count_refused();
+                Verdict::Respond(unavailable())
+            }
+        }
+    }
+}
+
+impl<S, B, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, B, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: RateBackend,
+    K: KeyExtractor,
+    ReqBody: Send + 'static,
+    ResBody: From<Bytes>,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The clone that was driven to readiness serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        let parts = RequestParts::new(&request);
+        let key = shared.key.extract(parts);
+        let cost = shared.cost.as_ref().map_or(1, |cost| cost(parts));
+        let verdict = async move {
+            match key {
+                Some(key) => shared.decide(key, cost).await,
+                None => shared.missing_key(),
+            }
+        };
+        let headers = self.shared.clone();
+        ResponseFuture::new(
+            Box::pin(verdict),
+            request,
+            inner,
+            Box::new(move |response_headers, decision| {
+                headers::apply(
+                    response_headers,
+                    headers.limiter.policy(),
+                    &headers.policy_value,
+                    decision,
+                    headers.legacy,
+                );
+            }),
+        )
+    }
+}

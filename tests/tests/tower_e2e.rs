@@ -1,0 +1,315 @@
+//! lock-tower layers over real HTTP (axum on 127.0.0.1:0, a hyper client),
+//! on the in-memory backend and on a real redis-server.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use lock_core::backend::MemoryBackend;
+use lock_core::lock::LockBackend;
+use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
+use lock_tests::http::{TestClient, TestServer};
+use lock_tower::key::{ClientIp, PathKey, PeerIp};
+use lock_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
+
+fn limiter<B: RateBackend>(backend: B, scope: &str, limit: u32) -> RateLimiter<B> {
+    let quota = Quota::per_minute(NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN));
+    RateLimiter::new(
+        backend,
+        scope,
+        Policy::new(Algorithm::FixedWindow).quota(quota),
+    )
+    .expect("valid policy")
+}
+
+async fn limits_exactly_with_headers<B: RateBackend>(backend: B) {
+    let layer =
+        RateLimitLayer::new(limiter(backend, "exact", 5), PeerIp::new()).legacy_headers(true);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    for remaining in (0..5).rev() {
+        let reply = client.get(&server.url("/"), &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let ratelimit = reply.header("ratelimit");
+        assert!(
+            ratelimit.starts_with(&format!("\"default\";r={remaining};t=")),
+            "RateLimit: {ratelimit}"
+        );
+        assert_eq!(reply.header("ratelimit-policy"), "\"default\";q=5;w=60");
+        assert_eq!(reply.header("x-ratelimit-limit"), "5");
+        assert_eq!(reply.header("x-ratelimit-remaining"), remaining.to_string());
+        assert_eq!(reply.header("retry-after"), "");
+    }
+    let refused = client.get(&server.url("/"), &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused
+        .header("retry-after")
+        .parse()
+        .expect("Retry-After seconds");
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    assert!(
+        refused
+            .header("ratelimit")
+            .starts_with("\"default\";r=0;t=")
+    );
+
+    // Under concurrency, exactly the limit gets through.
+    let layer = RateLimitLayer::new(limiter(MemoryBackend::new(), "burst", 7), PeerIp::new());
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let url = server.url("/");
+    let replies = futures_util::future::join_all((0..40).map(|_| client.get(&url, &[]))).await;
+    let ok = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::OK)
+        .count();
+    assert_eq!(ok, 7);
+}
+
+async fn spoofed_forwarded_for_does_not_change_the_key<B: RateBackend>(backend: B) {
+    // The peer (127.0.0.1) is not a trusted proxy: its header is ignored.
+    let untrusted = ClientIp::new(["10.0.0.0/8".parse().expect("cidr")]);
+    let layer = RateLimitLayer::new(limiter(backend.clone(), "spoof", 3), untrusted);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let spoof = format!("198.51.100.{i}");
+        let reply = client
+            .get(&server.url("/"), &[("x-forwarded-for", spoof.as_str())])
+            .await;
+        statuses.push(reply.status);
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        3,
+        "{statuses:?}"
+    );
+
+    // Behind a trusted proxy, the forwarded client is the key.
+    let trusted = ClientIp::new(["127.0.0.1/32".parse().expect("cidr")]);
+    let layer = RateLimitLayer::new(limiter(backend, "proxied", 1), trusted);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let get = |xff: &'static str| {
+        let (client, url) = (client.clone(), server.url("/"));
+        async move { client.get(&url, &[("x-forwarded-for", xff)]).await.status }
+    };
+    assert_eq!(get("198.51.100.1").await, StatusCode::OK);
+    assert_eq!(get("198.51.100.2").await, StatusCode::OK);
+    assert_eq!(get("198.51.100.1").await, StatusCode::TOO_MANY_REQUESTS);
+    // IPv6 addresses in one /64 share a bucket; another /64 does not.
+    assert_eq!(get("2001:db8:1:2::1").await, StatusCode::OK);
+    assert_eq!(
+        get("2001:db8:1:2:ffff::9").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(get("2001:db8:1:3::1").await, StatusCode::OK);
+}
+
+/// Per-key in-flight counters, recording the most seen at once.
+#[derive(Default)]
+struct Overlap {
+    per_key: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    most_per_key: AtomicUsize,
+    total: AtomicUsize,
+    most_total: AtomicUsize,
+}
+
+impl Overlap {
+    async fn visit(&self, key: &str, hold: Duration) {
+        {
+            let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+            let n = map.entry(key.to_owned()).or_default();
+            *n += 1;
+            self.most_per_key.fetch_max(*n, Ordering::SeqCst);
+        }
+        let total = self.total.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_total.fetch_max(total, Ordering::SeqCst);
+        tokio::time::sleep(hold).await;
+        self.total.fetch_sub(1, Ordering::SeqCst);
+        let mut map = self.per_key.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry(key.to_owned()).or_default() -= 1;
+    }
+}
+
+fn overlap_app(overlap: Arc<Overlap>, hold: Duration) -> Router {
+    Router::new().route(
+        "/{key}",
+        get(
+            move |axum::extract::Path(key): axum::extract::Path<String>| {
+                let overlap = overlap.clone();
+                async move {
+                    overlap.visit(&key, hold).await;
+                    "done"
+                }
+            },
+        ),
+    )
+}
+
+async fn lock_serializes_one_key_and_not_others<B: LockBackend>(backend: B) {
+    let overlap = Arc::new(Overlap::default());
+    let layer = LockLayer::new(backend, PathKey).wait(Duration::from_secs(20));
+    let app = overlap_app(overlap.clone(), Duration::from_millis(30)).layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let requests = (0..8).flat_map(|_| ["/a", "/b"]).map(|path| {
+        let (client, url) = (client.clone(), server.url(path));
+        async move { client.get(&url, &[]).await.status }
+    });
+    let statuses = futures_util::future::join_all(requests).await;
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        overlap.most_per_key.load(Ordering::SeqCst),
+        1,
+        "requests on one key overlapped"
+    );
+    assert_eq!(
+        overlap.most_total.load(Ordering::SeqCst),
+        2,
+        "different keys did not run in parallel"
+    );
+}
+
+async fn busy_key_is_refused_or_times_out<B: LockBackend>(backend: B) {
+    let overlap = Arc::new(Overlap::default());
+    let refuse = LockLayer::new(backend.clone(), PathKey).scope("refuse");
+    let app = overlap_app(overlap.clone(), Duration::from_millis(500)).layer(refuse);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let first = {
+        let (client, url) = (client.clone(), server.url("/k"));
+        tokio::spawn(async move { client.get(&url, &[]).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        client.get(&server.url("/k"), &[]).await.status,
+        StatusCode::LOCKED
+    );
+    assert_eq!(first.await.expect("join"), StatusCode::OK);
+
+    let bounded = LockLayer::new(backend, PathKey)
+        .scope("bounded")
+        .wait(Duration::from_millis(200));
+    let app = overlap_app(overlap, Duration::from_millis(1500)).layer(bounded);
+    let server = TestServer::start(app).await;
+    let first = {
+        let (client, url) = (client.clone(), server.url("/k"));
+        tokio::spawn(async move { client.get(&url, &[]).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let reply = client.get(&server.url("/k"), &[]).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.header("retry-after"), "1");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(first.await.expect("join"), StatusCode::OK);
+}
+
+async fn disconnecting_client_frees_the_lock<B: LockBackend>(backend: B) {
+    let overlap = Arc::new(Overlap::default());
+    let layer = LockLayer::new(backend, PathKey);
+    let app = overlap_app(overlap.clone(), Duration::from_secs(20)).layer(layer);
+    let server = TestServer::start(app).await;
+    // A raw connection that sends a request and then goes away.
+    let mut stream = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connect");
+    tokio::io::AsyncWriteExt::write_all(&mut stream, b"GET /gone HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .expect("write");
+    let client = TestClient::new();
+    // Probe with a short timeout: a probe that finds the lock free would hold
+    // it for 20 s, and is dropped (freeing it) instead.
+    let probe = async || {
+        let (client, url) = (client.clone(), server.url("/gone"));
+        tokio::time::timeout(Duration::from_millis(300), async move {
+            client.get(&url, &[]).await.status
+        })
+        .await
+        .ok()
+    };
+    // The handler runs only under the lock.
+    let inside = lock_tests::eventually(Duration::from_secs(5), async || {
+        overlap.total.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(inside, "the first request never reached its handler");
+    assert_eq!(probe().await, Some(StatusCode::LOCKED));
+    drop(stream);
+    let started = Instant::now();
+    // A probe that is not refused at once got the lock (and holds it).
+    let freed =
+        lock_tests::eventually(Duration::from_secs(3), async || probe().await.is_none()).await;
+    assert!(
+        freed,
+        "lock still held {:?} after the client left",
+        started.elapsed()
+    );
+}
+
+async fn concurrency_limit_never_admits_more<B: LockBackend>(backend: B) {
+    let overlap = Arc::new(Overlap::default());
+    let layer = ConcurrencyLimitLayer::new(backend, PathKey, NonZeroU32::new(3).expect("3"))
+        .configure(|l| l.wait(Duration::from_secs(20)));
+    let app = overlap_app(overlap.clone(), Duration::from_millis(50)).layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let url = server.url("/c");
+    let replies = futures_util::future::join_all((0..15).map(|_| client.get(&url, &[]))).await;
+    assert!(replies.iter().all(|r| r.status == StatusCode::OK));
+    assert_eq!(overlap.most_per_key.load(Ordering::SeqCst), 3);
+}
+
+macro_rules! on_both_backends {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(lock_core::backend::MemoryBackend::new()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (_server, backend) = lock_tests::redis_backend().await;
+                    super::$case(backend).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    limits_exactly_with_headers,
+    spoofed_forwarded_for_does_not_change_the_key,
+    lock_serializes_one_key_and_not_others,
+    busy_key_is_refused_or_times_out,
+    disconnecting_client_frees_the_lock,
+    concurrency_limit_never_admits_more,
+);
