@@ -283,6 +283,89 @@ async fn concurrency_limit_never_admits_more<B: LockBackend>(backend: B) {
     assert_eq!(overlap.most_per_key.load(Ordering::SeqCst), 3);
 }
 
+fn streaming_app() -> Router {
+    Router::new().route(
+        "/stream",
+        get(|| async {
+            // Three chunks, 150 ms apart: the body takes ~300 ms to send.
+            let chunks = futures_util::stream::unfold(0u8, |i| async move {
+                if i == 3 {
+                    return None;
+                }
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+                Some((
+                    Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"chunk\n")),
+                    i + 1,
+                ))
+            });
+            axum::body::Body::from_stream(chunks)
+        }),
+    )
+}
+
+async fn lock_can_be_held_until_the_body_is_sent<B: LockBackend>(backend: B) {
+    let client = TestClient::new();
+    for hold in [true, false] {
+        let layer = LockLayer::new(backend.clone(), PathKey)
+            .scope(if hold { "hold" } else { "nohold" })
+            .hold_until_body_sent(hold);
+        let server = TestServer::start(streaming_app().layer(layer)).await;
+        let first = {
+            let (client, url) = (client.clone(), server.url("/stream"));
+            tokio::spawn(async move { client.get(&url, &[]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let during = client.get(&server.url("/stream"), &[]).await.status;
+        let first = first.await.expect("join");
+        assert_eq!(first.status, StatusCode::OK);
+        assert_eq!(first.body.as_ref(), b"chunk\nchunk\nchunk\n");
+        let expected = if hold {
+            StatusCode::LOCKED
+        } else {
+            StatusCode::OK
+        };
+        assert_eq!(during, expected, "hold_until_body_sent({hold})");
+    }
+}
+
+async fn handler_is_cancelled_when_the_lease_is_lost<B: LockBackend>(backend: B) {
+    let layer = LockLayer::new(backend, PathKey)
+        .lock_options(lock_core::lock::LockOptions::new().lease(Duration::from_millis(200)))
+        .cancel_on_lease_loss(true);
+    let finished = Arc::new(AtomicUsize::new(0));
+    let done = finished.clone();
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(move || {
+                let done = done.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                    "finished"
+                }
+            }),
+        )
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let started = Instant::now();
+    let reply = TestClient::new().get(&server.url("/slow"), &[]).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "took {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the handler ran on without the lock"
+    );
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -312,4 +395,6 @@ on_both_backends!(
     busy_key_is_refused_or_times_out,
     disconnecting_client_frees_the_lock,
     concurrency_limit_never_admits_more,
+    lock_can_be_held_until_the_body_is_sent,
+    handler_is_cancelled_when_the_lease_is_lost,
 );
