@@ -1,1 +1,293 @@
-//! x
+//! axum integration of the redis-lock primitives.
+//!
+//! * Layers: [`RateLimitLayer`], [`LockLayer`] and [`ConcurrencyLimitLayer`]
+//!   (re-exported from lock-tower) go straight into `Router::layer` or
+//!   `Router::route_layer`; refusals are responses, so no `HandleErrorLayer`.
+//! * Extractors, for handlers that want the primitive themselves:
+//!   [`Locked`] takes a per-route lock (key from the path, the matched route,
+//!   or any [`KeyExtractor`]) and holds it for the handler's lifetime;
+//!   [`RateLimited`] refuses over-limit requests with the same 429 as the
+//!   layer; [`RateDecision`] hands the decision to the handler instead.
+//! * Rejections answer with the same statuses and headers as the layers
+//!   (423/409, 503 + `Retry-After`, 429 + `RateLimit*`).
+//!
+//! The extractors find their configuration in the router state through
+//! [`FromRef`](axum::extract::FromRef): a [`RouteLock`] for [`Locked`], a
+//! [`RouteRateLimit`] for [`RateLimited`] and [`RateDecision`].
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//!
+//! use axum::Router;
+//! use axum::extract::FromRef;
+//! use axum::routing::post;
+//! use lock_axum::{Locked, RateDecision, RouteLock, RouteRateLimit};
+//! use lock_axum::key::{HeaderKey, PathKey};
+//! use lock_axum::{LockLayer, RateLimitLayer};
+//! use lock_core::backend::MemoryBackend;
+//! use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+//!
+//! #[derive(Clone)]
+//! struct AppState {
+//!     lock: RouteLock,
+//!     limit: RouteRateLimit,
+//! }
+//!
+//! impl FromRef<AppState> for RouteLock {
+//!     fn from_ref(state: &AppState) -> Self {
+//!         state.lock.clone()
+//!     }
+//! }
+//!
+//! impl FromRef<AppState> for RouteRateLimit {
+//!     fn from_ref(state: &AppState) -> Self {
+//!         state.limit.clone()
+//!     }
+//! }
+//!
+//! async fn pay(_lock: Locked, decision: RateDecision) -> String {
+//!     match decision.decision() {
+//!         Some(d) => format!("paid; {} payments left this minute", d.remaining),
+//!         None => "paid".to_owned(),
+//!     }
+//! }
+//!
+//! let backend = MemoryBackend::new();
+//! let policy = Policy::new(Algorithm::FixedWindow)
+//!     .quota(Quota::per_minute(NonZeroU32::new(5).unwrap()));
+//! let limiter = RateLimiter::new(backend.clone(), "pay", policy).unwrap();
+//! let state = AppState {
+//!     lock: RouteLock::new(LockLayer::new(backend, PathKey).wait(Duration::from_secs(1))),
+//!     limit: RouteRateLimit::new(RateLimitLayer::new(
+//!         limiter,
+//!         HeaderKey::new(http::HeaderName::from_static("x-user-id")),
+//!     )),
+//! };
+//! let app: Router = Router::new()
+//!     .route("/orders/{id}/pay", post(pay))
+//!     .with_state(state);
+//! ```
+
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::StatusCode;
+use http::request::Parts;
+use lock_core::lock::LockBackend;
+use lock_core::rate::{Decision, RateBackend};
+use lock_tower::key::{KeyExtractor, RequestParts};
+use lock_tower::{HeldLock, LockVerdict, RateVerdict};
+
+pub use lock_tower::{
+    ConcurrencyLimitLayer, LockLayer, Metrics, MissingKey, OnBackendFailure, RateLimitLayer, key,
+};
+
+fn parts_view(parts: &Parts) -> RequestParts<'_> {
+    RequestParts::from_parts(parts)
+}
+
+trait DynLocker: Send + Sync {
+    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
+}
+
+impl<B: LockBackend, K: KeyExtractor> DynLocker for LockLayer<B, K> {
+    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
+        Box::pin(LockLayer::acquire(self, parts))
+    }
+}
+
+impl<B: LockBackend, K: KeyExtractor> DynLocker for ConcurrencyLimitLayer<B, K> {
+    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
+        Box::pin(ConcurrencyLimitLayer::acquire(self, parts))
+    }
+}
+
+/// Router state for [`Locked`]: which lock a request takes, and how (wait,
+/// statuses, failure policy), as configured on a [`LockLayer`].
+#[derive(Clone)]
+pub struct RouteLock(Arc<dyn DynLocker>);
+
+impl RouteLock {
+    /// Locks as `layer` would.
+    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
+        RouteLock(Arc::new(layer))
+    }
+
+    /// Takes permits as `layer` would (at most N handlers per key).
+    pub fn concurrency<B: LockBackend, K: KeyExtractor>(
+        layer: ConcurrencyLimitLayer<B, K>,
+    ) -> Self {
+        RouteLock(Arc::new(layer))
+    }
+}
+
+impl std::fmt::Debug for RouteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteLock").finish_non_exhaustive()
+    }
+}
+
+/// A rejection: the response the layers would have answered with.
+#[derive(Debug)]
+pub struct Rejection(http::Response<Bytes>);
+
+impl Rejection {
+    /// The status (423/409/503/500, or 429 for a rate limit).
+    pub fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        self.0.map(axum::body::Body::from)
+    }
+}
+
+/// Holds the lock of this request's key for the handler's lifetime (released
+/// when the handler returns, or at once if the client goes away).
+#[derive(Debug)]
+pub struct Locked(pub Option<HeldLock>);
+
+impl<S> FromRequestParts<S> for Locked
+where
+    S: Send + Sync,
+    RouteLock: FromRef<S>,
+{
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let locker = RouteLock::from_ref(state);
+        match locker.0.acquire(parts_view(parts)).await {
+            LockVerdict::Proceed(held) => Ok(Locked(held)),
+            LockVerdict::Respond(response) => Err(Rejection(response)),
+            _ => Err(Rejection(lock_unavailable())),
+        }
+    }
+}
+
+fn lock_unavailable() -> http::Response<Bytes> {
+    let mut response = http::Response::new(Bytes::from_static(b"Service Unavailable\n"));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response
+}
+
+trait DynRateDecider: Send + Sync {
+    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
+    fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision);
+}
+
+impl<B: RateBackend, K: KeyExtractor> DynRateDecider for RateLimitLayer<B, K> {
+    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
+        Box::pin(RateLimitLayer::decide(self, parts))
+    }
+
+    fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
+        RateLimitLayer::apply_headers(self, headers, decision);
+    }
+}
+
+/// Router state for [`RateLimited`] and [`RateDecision`]: a rate limit
+/// configured as a [`RateLimitLayer`].
+#[derive(Clone)]
+pub struct RouteRateLimit(Arc<dyn DynRateDecider>);
+
+impl RouteRateLimit {
+    /// Decides as `layer` would.
+    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
+        RouteRateLimit(Arc::new(layer))
+    }
+}
+
+impl std::fmt::Debug for RouteRateLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteRateLimit").finish_non_exhaustive()
+    }
+}
+
+/// The rate-limit decision, handed to the handler whatever it is: the handler
+/// decides what to do with a refused request. (Backend failures and missing
+/// keys are still answered per the layer's policies.)
+#[derive(Clone)]
+pub struct RateDecision {
+    decision: Option<Decision>,
+    limit: RouteRateLimit,
+}
+
+impl std::fmt::Debug for RateDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateDecision")
+            .field("decision", &self.decision)
+            .finish()
+    }
+}
+
+impl RateDecision {
+    /// The decision; `None` when the backend failed open or the request had
+    /// no key and passes through.
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decision.as_ref()
+    }
+
+    /// Whether the request may go ahead.
+    pub fn allowed(&self) -> bool {
+        self.decision.as_ref().is_none_or(|d| d.allowed)
+    }
+
+    /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields to a
+    /// response of the handler's.
+    pub fn with_headers(&self, response: impl IntoResponse) -> Response {
+        let mut response = response.into_response();
+        if let Some(decision) = &self.decision {
+            self.limit.0.apply_headers(response.headers_mut(), decision);
+        }
+        response
+    }
+}
+
+impl<S> FromRequestParts<S> for RateDecision
+where
+    S: Send + Sync,
+    RouteRateLimit: FromRef<S>,
+{
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = RouteRateLimit::from_ref(state);
+        let decision = match limit.0.decide(parts_view(parts)).await {
+            RateVerdict::Allow(decision) => decision,
+            RateVerdict::Limited { decision, .. } => Some(decision),
+            RateVerdict::Respond(response) => return Err(Rejection(response)),
+            _ => return Err(Rejection(lock_unavailable())),
+        };
+        Ok(RateDecision { decision, limit })
+    }
+}
+
+/// Lets the request through only if the rate limit allows it; refuses it
+/// with the layer's 429 (and headers) otherwise.
+#[derive(Debug, Clone)]
+pub struct RateLimited(pub RateDecision);
+
+impl<S> FromRequestParts<S> for RateLimited
+where
+    S: Send + Sync,
+    RouteRateLimit: FromRef<S>,
+{
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = RouteRateLimit::from_ref(state);
+        match limit.0.decide(parts_view(parts)).await {
+            RateVerdict::Allow(decision) => Ok(RateLimited(RateDecision { decision, limit })),
+            RateVerdict::Limited { response, .. } | RateVerdict::Respond(response) => {
+                Err(Rejection(response))
+            }
+            _ => Err(Rejection(lock_unavailable())),
+        }
+    }
+}

@@ -44,6 +44,31 @@ impl<'a> RequestParts<'a> {
         }
     }
 
+    /// A view of request `parts` (as axum extractors get them).
+    pub fn from_parts(parts: &'a http::request::Parts) -> Self {
+        RequestParts {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+
+    /// A view of separately held request pieces (for other frameworks).
+    pub fn from_pieces(
+        method: &'a Method,
+        uri: &'a Uri,
+        headers: &'a HeaderMap,
+        extensions: &'a Extensions,
+    ) -> Self {
+        RequestParts {
+            method,
+            uri,
+            headers,
+            extensions,
+        }
+    }
+
     /// The TCP peer's address, from a [`SocketAddr`] extension or (with the
     /// `axum` feature) axum's `ConnectInfo<SocketAddr>`.
     pub fn peer_addr(&self) -> Option<SocketAddr> {

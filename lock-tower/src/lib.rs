@@ -58,5 +58,5 @@ pub mod rate_limit;
 mod response;
 
 pub use failure::{Metrics, MissingKey, OnBackendFailure};
-pub use lock::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, LockLayer};
-pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer};
+pub use lock::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, HeldLock, LockLayer, LockVerdict};
+pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer, RateVerdict};

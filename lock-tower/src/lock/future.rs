@@ -8,23 +8,10 @@ use http::{Request, Response, StatusCode};
 use pin_project::pin_project;
 use tower::Service;
 
-use crate::body::{GuardedBody, Held};
+use crate::body::GuardedBody;
 use crate::response::plain;
 
-/// A lock (or permit) taken for a request.
-pub(crate) struct Acquired {
-    pub(crate) guard: Held,
-    /// Completes when the lease is lost.
-    pub(crate) lost: BoxFuture<'static, ()>,
-}
-
-/// What the layer decided for a request.
-pub(crate) enum Verdict {
-    /// Call the inner service, holding this lock if any.
-    Proceed(Option<Acquired>),
-    /// Answer with this response instead.
-    Respond(Response<Bytes>),
-}
+use super::{HeldLock as Acquired, LockVerdict as Verdict};
 
 // The request waits in the first state; boxing it would cost an allocation
 // per request for no gain (the future is built once per request anyway).

@@ -166,6 +166,11 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
     pub fn metrics(&self) -> Arc<Metrics> {
         self.0.metrics()
     }
+
+    /// Takes a permit for `request` as the layer's services do.
+    pub async fn acquire(&self, request: crate::key::RequestParts<'_>) -> super::LockVerdict {
+        self.0.acquire(request).await
+    }
 }
 
 impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for ConcurrencyLimitLayer<B, K> {

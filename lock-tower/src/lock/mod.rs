@@ -24,6 +24,12 @@
 //! # let _ = (serialize, limit);
 //! ```
 
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::Response;
+
+use crate::body::Held;
+
 mod future;
 mod layer;
 mod service;
@@ -31,3 +37,35 @@ mod service;
 pub use self::future::ResponseFuture;
 pub use self::layer::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, LockLayer};
 pub use self::service::LockService;
+
+/// A lock (or permit) taken for a request. Dropping it releases the lock in
+/// the background.
+pub struct HeldLock {
+    pub(crate) guard: Held,
+    pub(crate) lost: BoxFuture<'static, ()>,
+}
+
+impl HeldLock {
+    /// Completes when the lock's lease is lost (renewal failed, or it was
+    /// taken over): work that needs the lock should stop.
+    pub async fn lost(&mut self) {
+        (&mut self.lost).await;
+    }
+}
+
+impl std::fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLock").finish_non_exhaustive()
+    }
+}
+
+/// What a [`LockLayer`] decided for one request.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LockVerdict {
+    /// Go ahead, holding this lock (none when the backend failed open or the
+    /// request had no key and passes through).
+    Proceed(Option<HeldLock>),
+    /// Busy, failed closed, or no key: answer with this.
+    Respond(Response<Bytes>),
+}

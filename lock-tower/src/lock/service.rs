@@ -9,8 +9,9 @@ use lock_core::Error;
 use lock_core::lock::{Lock, LockBackend, LockGuard, Semaphore};
 use tower::Service;
 
-use super::future::{Acquired, ResponseFuture, Verdict};
+use super::future::ResponseFuture;
 use super::layer::{LockLayer, Mode};
+use super::{HeldLock as Acquired, LockVerdict as Verdict};
 use crate::body::GuardedBody;
 use crate::failure::{MissingKey, OnBackendFailure};
 use crate::headers::retry_after;
@@ -102,7 +103,16 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         }
     }
 
-    async fn acquire(&self, key: String) -> Verdict {
+    /// Takes the lock for `request` as the layer's services do: the building
+    /// block of framework adapters (axum extractors, actix-web middleware).
+    pub async fn acquire(&self, request: RequestParts<'_>) -> Verdict {
+        match self.key.extract(request) {
+            Some(key) => self.acquire_key(key).await,
+            None => self.missing(),
+        }
+    }
+
+    async fn acquire_key(&self, key: String) -> Verdict {
         let name = format!("{}:{key}", self.scope);
         let bound = self.wait + self.timeout;
         let result = tokio::time::timeout(
@@ -190,7 +200,7 @@ where
         let key = config.key.extract(RequestParts::new(&request));
         let verdict = async move {
             match key {
-                Some(key) => config.acquire(key).await,
+                Some(key) => config.acquire_key(key).await,
                 None => config.missing(),
             }
         };

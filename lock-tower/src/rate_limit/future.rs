@@ -9,13 +9,7 @@ use lock_core::rate::Decision;
 use pin_project::pin_project;
 use tower::Service;
 
-/// What the limiter decided for a request.
-pub(crate) enum Verdict {
-    /// Call the inner service; add headers for the decision, if any.
-    Allow(Option<Decision>),
-    /// Answer with this response instead.
-    Respond(Response<Bytes>),
-}
+use super::RateVerdict as Verdict;
 
 pub(super) type AddHeaders = Box<dyn FnOnce(&mut HeaderMap, &Decision) + Send>;
 
@@ -88,7 +82,7 @@ where
                 } => {
                     let decision = match ready!(verdict.as_mut().poll(cx)) {
                         Verdict::Allow(decision) => decision,
-                        Verdict::Respond(response) => {
+                        Verdict::Limited { response, .. } | Verdict::Respond(response) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(response.map(ResBody::from)));
                         }

@@ -8,6 +8,7 @@ use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Decision, RateBackend, RateLimiter};
 use tower::Layer;
 
+use super::RateVerdict;
 use super::service::RateLimit;
 use crate::failure::{Metrics, MissingKey, OnBackendFailure};
 use crate::headers;
@@ -22,125 +23,35 @@ pub const DEFAULT_DECISION_TIMEOUT: Duration = Duration::from_millis(500);
 /// Applies a distributed rate limit to every request. See the
 /// [module docs](crate::rate_limit).
 pub struct RateLimitLayer<B, K> {
-    pub(super) limiter: RateLimiter<B>,
-    pub(super) fallback: Option<RateLimiter<MemoryBackend>>,
-    pub(super) key: K,
-    pub(super) cost: Option<CostFn>,
-    pub(super) refusal: Option<RefusalFn>,
-    pub(super) on_failure: OnBackendFailure,
-    pub(super) missing_key: MissingKey,
-    pub(super) timeout: Duration,
-    pub(super) legacy: bool,
-    pub(super) metrics: Arc<Metrics>,
+    pub(super) shared: Arc<Shared<B, K>>,
 }
 
-impl<B: Clone, K: Clone> Clone for RateLimitLayer<B, K> {
+impl<B, K> Clone for RateLimitLayer<B, K> {
     fn clone(&self) -> Self {
         RateLimitLayer {
-            limiter: self.limiter.clone(),
-            fallback: self.fallback.clone(),
-            key: self.key.clone(),
-            cost: self.cost.clone(),
-            refusal: self.refusal.clone(),
-            on_failure: self.on_failure,
-            missing_key: self.missing_key,
-            timeout: self.timeout,
-            legacy: self.legacy,
-            metrics: self.metrics.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
 
 impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.shared;
         f.debug_struct("RateLimitLayer")
-            .field("limiter", &self.limiter)
-            .field("key", &self.key)
-            .field("on_failure", &self.on_failure)
-            .field("missing_key", &self.missing_key)
-            .field("timeout", &self.timeout)
-            .field("legacy", &self.legacy)
+            .field("limiter", &s.limiter)
+            .field("key", &s.key)
+            .field("on_failure", &s.on_failure)
+            .field("missing_key", &s.missing_key)
+            .field("timeout", &s.timeout)
+            .field("legacy", &s.legacy)
             .finish_non_exhaustive()
-    }
-}
-
-impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
-    /// Limits requests by `key` with `limiter`. Defaults: cost 1, fail closed
-    /// (503) on backend failure, 500 for a request without a key, a 500 ms
-    /// decision timeout, no legacy headers.
-    pub fn new(limiter: RateLimiter<B>, key: K) -> Self {
-        // The local limiter a `Fallback` policy decides with, shared by every
-        // service of this layer.
-        let fallback = RateLimiter::new(
-            MemoryBackend::new(),
-            limiter.scope(),
-            limiter.policy().clone(),
-        )
-        .ok();
-        RateLimitLayer {
-            limiter,
-            fallback,
-            key,
-            cost: None,
-            refusal: None,
-            on_failure: OnBackendFailure::default(),
-            missing_key: MissingKey::default(),
-            timeout: DEFAULT_DECISION_TIMEOUT,
-            legacy: false,
-            metrics: Arc::default(),
-        }
-    }
-
-    /// The cost of each request (default 1; 0 only looks). A cost above the
-    /// smallest limit answers 500: it could never be allowed.
-    pub fn cost(mut self, cost: impl Fn(RequestParts<'_>) -> u32 + Send + Sync + 'static) -> Self {
-        self.cost = Some(Arc::new(cost));
-        self
-    }
-
-    /// Builds the 429 response (the rate-limit headers are added to it).
-    pub fn refusal(
-        mut self,
-        refusal: impl Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
-    ) -> Self {
-        self.refusal = Some(Arc::new(refusal));
-        self
-    }
-
-    /// What to do when the backend fails (default [`OnBackendFailure::FailClosed`]).
-    pub fn on_backend_failure(mut self, policy: OnBackendFailure) -> Self {
-        self.on_failure = policy;
-        self
-    }
-
-    /// What to do with a request without a key (default 500).
-    pub fn on_missing_key(mut self, policy: MissingKey) -> Self {
-        self.missing_key = policy;
-        self
-    }
-
-    /// Longest wait for a decision (default 500 ms); a hung backend never
-    /// hangs a request past it.
-    pub fn decision_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
-    pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.legacy = on;
-        self
-    }
-
-    /// The counters of this layer and every service it made.
-    pub fn metrics(&self) -> Arc<Metrics> {
-        self.metrics.clone()
     }
 }
 
 /// What every service of one layer shares.
 pub(crate) struct Shared<B, K> {
     pub(super) limiter: RateLimiter<B>,
+    /// The local limiter a `Fallback` policy decides with.
     pub(super) fallback: Option<RateLimiter<MemoryBackend>>,
     pub(super) key: K,
     pub(super) cost: Option<CostFn>,
@@ -153,25 +64,119 @@ pub(crate) struct Shared<B, K> {
     pub(super) metrics: Arc<Metrics>,
 }
 
+impl<B: Clone, K: Clone> Clone for Shared<B, K> {
+    fn clone(&self) -> Self {
+        Shared {
+            limiter: self.limiter.clone(),
+            fallback: self.fallback.clone(),
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            refusal: self.refusal.clone(),
+            on_failure: self.on_failure,
+            missing_key: self.missing_key,
+            timeout: self.timeout,
+            legacy: self.legacy,
+            policy_value: self.policy_value.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
+    /// Limits requests by `key` with `limiter`. Defaults: cost 1, fail closed
+    /// (503) on backend failure, 500 for a request without a key, a 500 ms
+    /// decision timeout, no legacy headers.
+    pub fn new(limiter: RateLimiter<B>, key: K) -> Self {
+        let fallback = RateLimiter::new(
+            MemoryBackend::new(),
+            limiter.scope(),
+            limiter.policy().clone(),
+        )
+        .ok();
+        let policy_value = headers::policy_value(limiter.policy());
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                limiter,
+                fallback,
+                key,
+                cost: None,
+                refusal: None,
+                on_failure: OnBackendFailure::default(),
+                missing_key: MissingKey::default(),
+                timeout: DEFAULT_DECISION_TIMEOUT,
+                legacy: false,
+                policy_value,
+                metrics: Arc::default(),
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Shared<B, K>)) -> Self {
+        f(Arc::make_mut(&mut self.shared));
+        self
+    }
+
+    /// The cost of each request (default 1; 0 only looks). A cost above the
+    /// smallest limit answers 500: it could never be allowed.
+    pub fn cost(self, cost: impl Fn(RequestParts<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        self.with(|s| s.cost = Some(Arc::new(cost)))
+    }
+
+    /// Builds the 429 response (the rate-limit headers are added to it).
+    pub fn refusal(
+        self,
+        refusal: impl Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.with(|s| s.refusal = Some(Arc::new(refusal)))
+    }
+
+    /// What to do when the backend fails (default [`OnBackendFailure::FailClosed`]).
+    pub fn on_backend_failure(self, policy: OnBackendFailure) -> Self {
+        self.with(|s| s.on_failure = policy)
+    }
+
+    /// What to do with a request without a key (default 500).
+    pub fn on_missing_key(self, policy: MissingKey) -> Self {
+        self.with(|s| s.missing_key = policy)
+    }
+
+    /// Longest wait for a decision (default 500 ms); a hung backend never
+    /// hangs a request past it.
+    pub fn decision_timeout(self, timeout: Duration) -> Self {
+        self.with(|s| s.timeout = timeout)
+    }
+
+    /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    pub fn legacy_headers(self, on: bool) -> Self {
+        self.with(|s| s.legacy = on)
+    }
+
+    /// The counters of this layer and every service it made.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter<B> {
+        &self.shared.limiter
+    }
+
+    /// Decides for `request` as the layer's services do: the building block
+    /// of framework adapters (axum extractors, actix-web middleware).
+    pub async fn decide(&self, request: RequestParts<'_>) -> RateVerdict {
+        self.shared.decide_for(request).await
+    }
+
+    /// Adds the rate-limit fields of `decision` to `headers`.
+    pub fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
+        self.shared.apply_headers(headers, decision);
+    }
+}
+
 impl<S, B: RateBackend, K: KeyExtractor> Layer<S> for RateLimitLayer<B, K> {
     type Service = RateLimit<S, B, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(
-            inner,
-            Arc::new(Shared {
-                limiter: self.limiter.clone(),
-                fallback: self.fallback.clone(),
-                key: self.key.clone(),
-                cost: self.cost.clone(),
-                refusal: self.refusal.clone(),
-                on_failure: self.on_failure,
-                missing_key: self.missing_key,
-                timeout: self.timeout,
-                legacy: self.legacy,
-                policy_value: headers::policy_value(self.limiter.policy()),
-                metrics: self.metrics.clone(),
-            }),
-        )
+        RateLimit::new(inner, self.shared.clone())
     }
 }

@@ -7,7 +7,8 @@ use lock_core::Error;
 use lock_core::rate::{Decision, RateBackend};
 use tower::Service;
 
-use super::future::{ResponseFuture, Verdict};
+use super::RateVerdict as Verdict;
+use super::future::ResponseFuture;
 use super::layer::Shared;
 use crate::failure::{MissingKey, OnBackendFailure};
 use crate::headers;
@@ -66,7 +67,28 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
             self.metrics.count_allowed();
             Verdict::Allow(Some(decision))
         } else {
-            Verdict::Respond(self.refuse(&decision))
+            let response = self.refuse(&decision);
+            Verdict::Limited { decision, response }
+        }
+    }
+
+    pub(super) fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
+        headers::apply(
+            headers,
+            self.limiter.policy(),
+            &self.policy_value,
+            decision,
+            self.legacy,
+        );
+    }
+
+    /// Extracts the key and cost of `request` and decides.
+    pub(super) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
+        let key = self.key.extract(request);
+        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
+        match key {
+            Some(key) => self.decide(key, cost).await,
+            None => self.missing_key(),
         }
     }
 
@@ -154,13 +176,7 @@ where
             request,
             inner,
             Box::new(move |response_headers, decision| {
-                headers::apply(
-                    response_headers,
-                    headers.limiter.policy(),
-                    &headers.policy_value,
-                    decision,
-                    headers.legacy,
-                );
+                headers.apply_headers(response_headers, decision);
             }),
         )
     }
