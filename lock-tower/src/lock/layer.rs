@@ -125,6 +125,11 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
     }
+
+    /// Whether handlers are cancelled when the lease is lost.
+    pub fn cancels_on_lease_loss(&self) -> bool {
+        self.cancel_on_loss
+    }
 }
 
 impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
@@ -165,6 +170,11 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
     /// The counters of this layer and every service it made.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.0.metrics()
+    }
+
+    /// Whether handlers are cancelled when the lease is lost.
+    pub fn cancels_on_lease_loss(&self) -> bool {
+        self.0.cancel_on_loss
     }
 
     /// Takes a permit for `request` as the layer's services do.

@@ -1,0 +1,311 @@
+//! The shop: stock operations, and the rate-limit and lock configuration the
+//! two servers share.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use lock_core::backend::{MemoryBackend, RedisBackend};
+use lock_core::counter::{Purchase, Reservation, Settle, Stock};
+use lock_core::lock::{LockBackend, Redlock};
+use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
+use lock_tower::key::{KeyExtractor, PeerIp, RequestParts};
+use lock_tower::{LockLayer, OnBackendFailure, RateLimitLayer};
+use serde_json::{Value, json};
+
+/// Tunables of the shop.
+#[derive(Debug, Clone)]
+pub struct ShopConfig {
+    /// Purchases per user per second (GCRA; the burst is the same number).
+    pub buys_per_second: NonZeroU32,
+    /// How long a buy waits for the same user's other buy to finish before
+    /// answering 503 (0 = answer 423 at once). A user's buys are serialized,
+    /// not refused: the lock of a finished buy is released in the background,
+    /// so the user's next request may arrive a moment before it is free.
+    pub lock_wait: Duration,
+    /// Default hold of a reservation.
+    pub hold: Duration,
+    /// Longest wait for a rate-limit or lock decision before the backend
+    /// counts as failed (then the shop answers 503: it fails closed).
+    pub decision_timeout: Duration,
+}
+
+impl Default for ShopConfig {
+    fn default() -> Self {
+        ShopConfig {
+            buys_per_second: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+            lock_wait: Duration::from_secs(5),
+            hold: Duration::from_secs(600),
+            decision_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Memory(MemoryBackend),
+    Redis(RedisBackend),
+}
+
+/// The shop's state, shared by every request.
+#[derive(Clone)]
+pub struct Shop {
+    pub(crate) backend: Backend,
+    pub(crate) redlock: Option<Redlock>,
+    pub(crate) config: ShopConfig,
+}
+
+impl std::fmt::Debug for Shop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shop")
+            .field("backend", &self.backend_name())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// An answer: HTTP status and JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The status code.
+    pub status: u16,
+    /// The JSON body.
+    pub body: Value,
+}
+
+fn outcome(status: u16, body: Value) -> Outcome {
+    Outcome { status, body }
+}
+
+fn failure(error: &lock_core::Error) -> Outcome {
+    if error.is_backend_failure() {
+        outcome(
+            503,
+            json!({ "error": "backend unavailable", "detail": error.to_string() }),
+        )
+    } else {
+        outcome(400, json!({ "error": error.to_string() }))
+    }
+}
+
+/// The client a request comes from: its `x-user-id`, else its IP address.
+pub(crate) fn client_key(request: RequestParts<'_>) -> Option<String> {
+    user_key(request).or_else(|| PeerIp::new().extract(request))
+}
+
+/// The user a request acts for (`x-user-id`).
+pub(crate) fn user_key(request: RequestParts<'_>) -> Option<String> {
+    let user = request.headers.get("x-user-id")?.to_str().ok()?;
+    (!user.is_empty()).then(|| format!("user:{user}"))
+}
+
+type KeyFn = fn(RequestParts<'_>) -> Option<String>;
+
+macro_rules! with_stock {
+    ($shop:expr, $stock:ident => $body:expr) => {
+        match &$shop.backend {
+            Backend::Memory(b) => {
+                let $stock = Stock::new(b.clone());
+                $body
+            }
+            Backend::Redis(b) => {
+                let $stock = Stock::new(b.clone());
+                $body
+            }
+        }
+    };
+}
+
+impl Shop {
+    /// A shop on the in-memory backend: nothing to install.
+    pub fn memory(config: ShopConfig) -> Self {
+        Shop {
+            backend: Backend::Memory(MemoryBackend::new()),
+            redlock: None,
+            config,
+        }
+    }
+
+    /// A shop on Redis: stock and rate limits on the first URL; user locks on
+    /// Redlock over all of them when there are several.
+    ///
+    /// # Errors
+    /// When a server cannot be reached.
+    pub async fn redis(urls: &[&str], config: ShopConfig) -> lock_core::Result<Self> {
+        let first = urls.first().copied().unwrap_or("redis://127.0.0.1:6379");
+        let backend = RedisBackend::connect(first).await?;
+        let redlock = if urls.len() > 1 {
+            Some(Redlock::connect(urls).await?)
+        } else {
+            None
+        };
+        Ok(Shop {
+            backend: Backend::Redis(backend),
+            redlock,
+            config,
+        })
+    }
+
+    /// `REDIS_URL` (comma-separated for Redlock) if set, else in memory.
+    ///
+    /// # Errors
+    /// When Redis is configured but cannot be reached.
+    pub async fn from_env(config: ShopConfig) -> lock_core::Result<Self> {
+        match std::env::var("REDIS_URL") {
+            Ok(urls) if !urls.trim().is_empty() => {
+                let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
+                Self::redis(&urls, config).await
+            }
+            _ => Ok(Self::memory(config)),
+        }
+    }
+
+    /// "memory", "redis" or "redis+redlock".
+    pub fn backend_name(&self) -> &'static str {
+        match (&self.backend, &self.redlock) {
+            (Backend::Memory(_), _) => "memory",
+            (Backend::Redis(_), None) => "redis",
+            (Backend::Redis(_), Some(_)) => "redis+redlock",
+        }
+    }
+
+    /// The per-client purchase rate limit, as a tower layer on `backend`.
+    pub(crate) fn rate_layer<B: RateBackend>(&self, backend: B) -> RateLimitLayer<B, KeyFn> {
+        let quota = Quota::per_second(self.config.buys_per_second).named("buys");
+        let policy = Policy::new(Algorithm::Gcra).quota(quota);
+        let limiter = RateLimiter::new(backend, "shop", policy)
+            .unwrap_or_else(|e| unreachable!("a per-second GCRA quota is valid: {e}"));
+        RateLimitLayer::new(limiter, client_key as KeyFn)
+            .on_backend_failure(OnBackendFailure::FailClosed)
+            .decision_timeout(self.config.decision_timeout)
+    }
+
+    /// The per-user lock, as a tower layer on `backend`.
+    pub(crate) fn lock_layer<B: LockBackend>(&self, backend: B) -> LockLayer<B, KeyFn> {
+        LockLayer::new(backend, user_key as KeyFn)
+            .scope("shop")
+            .wait(self.config.lock_wait)
+            .decision_timeout(self.config.decision_timeout)
+            .lock_options(lock_core::lock::LockOptions::new().lease(Duration::from_secs(10)))
+    }
+
+    /// Health.
+    pub fn health(&self) -> Outcome {
+        outcome(
+            200,
+            json!({ "status": "ok", "backend": self.backend_name() }),
+        )
+    }
+
+    /// Creates or resets an item.
+    pub async fn set_stock(&self, item: &str, stock: u64) -> Outcome {
+        match with_stock!(self, s => s.set(item, stock).await) {
+            Ok(()) => outcome(200, json!({ "item": item, "stock": stock })),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// An item's stock.
+    pub async fn stock(&self, item: &str) -> Outcome {
+        match with_stock!(self, s => s.get(item).await) {
+            Ok(Some(stock)) => outcome(200, json!({ "item": item, "stock": stock })),
+            Ok(None) => outcome(404, json!({ "error": "unknown item" })),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Buys one unit for `order` (idempotent per order id).
+    pub async fn buy(&self, item: &str, order: Option<&str>) -> Outcome {
+        let Some(order) = order else {
+            return outcome(400, json!({ "error": "x-order-id is required" }));
+        };
+        match with_stock!(self, s => s.decrement_once(item, 1, order).await) {
+            Ok(Purchase::Done {
+                remaining,
+                replayed,
+            }) => outcome(
+                200,
+                json!({ "result": "sold", "order": order, "remaining": remaining, "replayed": replayed }),
+            ),
+            Ok(Purchase::SoldOut { .. }) => {
+                outcome(409, json!({ "result": "sold_out", "order": order }))
+            }
+            Ok(Purchase::UnknownItem) => outcome(404, json!({ "error": "unknown item" })),
+            Ok(_) => outcome(500, json!({ "error": "unexpected outcome" })),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Holds one unit for `order` for `hold` (default from the config).
+    pub async fn reserve(
+        &self,
+        item: &str,
+        order: Option<&str>,
+        hold: Option<Duration>,
+    ) -> Outcome {
+        let Some(order) = order else {
+            return outcome(400, json!({ "error": "x-order-id is required" }));
+        };
+        let hold = hold.unwrap_or(self.config.hold);
+        match with_stock!(self, s => s.reserve(item, 1, order, hold).await) {
+            Ok(Reservation::Held {
+                remaining,
+                expires_in,
+            }) => outcome(
+                201,
+                json!({ "result": "held", "order": order, "remaining": remaining,
+                        "expires_in_ms": expires_in.as_millis() as u64 }),
+            ),
+            Ok(Reservation::AlreadyHeld { expires_in, .. }) => outcome(
+                200,
+                json!({ "result": "already_held", "order": order,
+                        "expires_in_ms": expires_in.as_millis() as u64 }),
+            ),
+            Ok(Reservation::AlreadyConfirmed) => outcome(
+                200,
+                json!({ "result": "already_confirmed", "order": order }),
+            ),
+            Ok(Reservation::SoldOut { .. }) => {
+                outcome(409, json!({ "result": "sold_out", "order": order }))
+            }
+            Ok(Reservation::UnknownItem) => outcome(404, json!({ "error": "unknown item" })),
+            Ok(_) => outcome(500, json!({ "error": "unexpected outcome" })),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Confirms `order`'s hold.
+    pub async fn confirm(&self, item: &str, order: &str) -> Outcome {
+        self.settle(
+            order,
+            true,
+            with_stock!(self, s => s.confirm(item, order).await),
+        )
+    }
+
+    /// Cancels `order`'s hold.
+    pub async fn cancel(&self, item: &str, order: &str) -> Outcome {
+        self.settle(
+            order,
+            false,
+            with_stock!(self, s => s.cancel(item, order).await),
+        )
+    }
+
+    fn settle(&self, order: &str, confirming: bool, result: lock_core::Result<Settle>) -> Outcome {
+        match result {
+            Ok(Settle::Confirmed) => outcome(200, json!({ "result": "confirmed", "order": order })),
+            // Confirming twice is fine; cancelling a confirmed order is not.
+            Ok(Settle::AlreadyConfirmed) => outcome(
+                if confirming { 200 } else { 409 },
+                json!({ "result": "already_confirmed", "order": order }),
+            ),
+            Ok(Settle::Cancelled { available }) => outcome(
+                200,
+                json!({ "result": "cancelled", "order": order, "stock": available }),
+            ),
+            Ok(Settle::NotHeld) => outcome(404, json!({ "result": "not_held", "order": order })),
+            Ok(_) => outcome(500, json!({ "error": "unexpected outcome" })),
+            Err(e) => failure(&e),
+        }
+    }
+}
