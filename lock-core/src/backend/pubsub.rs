@@ -3,12 +3,15 @@
 //! Waiters on any number of locks share a single pub/sub connection. Channels
 //! are subscribed when their first local waiter arrives and unsubscribed when
 //! the last one leaves; messages are dispatched to local waiters through
-//! [`Waiters`]. When the connection drops, every waiter is woken (so it
-//! retries at once) and the next waiter reconnects. Nothing here can hang a
-//! waiter: waits are always bounded by the lock's remaining TTL.
+//! [`Waiters`]. Subscriptions of different channels go out concurrently;
+//! those of one channel are ordered by a per-channel lock, so an unsubscribe
+//! never overtakes a later subscribe. When the connection drops, every
+//! waiter is woken (so it retries at once) and the next waiter reconnects.
+//! Nothing here can hang a waiter: waits are always bounded by the lock's
+//! remaining TTL.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -20,16 +23,19 @@ use crate::error::{Error, Result};
 #[derive(Default)]
 struct Conn {
     sink: Option<PubSubSink>,
-    /// Bumped on every new connection, so a dispatcher only clears its own.
+    /// Bumped on every new connection; 0 means "never connected".
     epoch: u64,
-    subscribed: HashSet<String>,
 }
+
+/// Per channel: the connection epoch it is subscribed on (0 = not subscribed).
+type ChannelState = Arc<tokio::sync::Mutex<u64>>;
 
 struct Inner {
     client: redis::Client,
     timeout: Duration,
     waiters: Waiters,
     conn: tokio::sync::Mutex<Conn>,
+    channels: Mutex<HashMap<String, ChannelState>>,
 }
 
 /// The shared subscriber. Cheap to clone.
@@ -46,6 +52,7 @@ impl Subscriber {
                 timeout,
                 waiters: Waiters::default(),
                 conn: tokio::sync::Mutex::new(Conn::default()),
+                channels: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -60,54 +67,96 @@ impl Subscriber {
         }
     }
 
-    async fn ensure(&self, channel: &str) -> Result<()> {
+    /// The current connection's sink and epoch, connecting if there is none.
+    async fn sink(&self) -> Result<(PubSubSink, u64)> {
         let inner = &self.inner;
         let mut conn = inner.conn.lock().await;
-        if conn.sink.is_some() && conn.subscribed.contains(channel) {
+        if let Some(sink) = &conn.sink {
+            return Ok((sink.clone(), conn.epoch));
+        }
+        let pubsub = tokio::time::timeout(inner.timeout, inner.client.get_async_pubsub())
+            .await
+            .map_err(|_| Error::Timeout(inner.timeout))??;
+        let (sink, stream) = pubsub.split();
+        conn.epoch += 1;
+        conn.sink = Some(sink.clone());
+        tokio::spawn(dispatch(Arc::downgrade(&self.inner), stream, conn.epoch));
+        Ok((sink, conn.epoch))
+    }
+
+    /// Drops the connection of `epoch` (after a failed command), so the next
+    /// waiter reconnects.
+    async fn forget(&self, epoch: u64) {
+        let mut conn = self.inner.conn.lock().await;
+        if conn.epoch == epoch {
+            conn.sink = None;
+        }
+    }
+
+    fn channel_state(&self, channel: &str) -> ChannelState {
+        let mut channels = self
+            .inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        channels.entry(channel.to_owned()).or_default().clone()
+    }
+
+    async fn ensure(&self, channel: &str) -> Result<()> {
+        let state = self.channel_state(channel);
+        let mut subscribed_on = state.lock().await;
+        let (mut sink, epoch) = self.sink().await?;
+        if *subscribed_on == epoch {
             return Ok(());
         }
-        if conn.sink.is_none() {
-            let pubsub = tokio::time::timeout(inner.timeout, inner.client.get_async_pubsub())
-                .await
-                .map_err(|_| Error::Timeout(inner.timeout))??;
-            let (sink, stream) = pubsub.split();
-            conn.epoch += 1;
-            conn.sink = Some(sink);
-            conn.subscribed.clear();
-            tokio::spawn(dispatch(Arc::downgrade(&self.inner), stream, conn.epoch));
-        }
-        let Some(sink) = conn.sink.as_mut() else {
-            return Err(Error::UnexpectedReply("pub/sub sink missing".into()));
-        };
-        match tokio::time::timeout(inner.timeout, sink.subscribe(channel)).await {
+        let timeout = self.inner.timeout;
+        match tokio::time::timeout(timeout, sink.subscribe(channel)).await {
             Ok(Ok(())) => {
-                conn.subscribed.insert(channel.to_owned());
+                *subscribed_on = epoch;
                 Ok(())
             }
             Ok(Err(e)) => {
-                conn.sink = None;
+                self.forget(epoch).await;
                 Err(e.into())
             }
             Err(_) => {
-                conn.sink = None;
-                Err(Error::Timeout(inner.timeout))
+                self.forget(epoch).await;
+                Err(Error::Timeout(timeout))
             }
         }
     }
 
     async fn unsubscribe_if_unused(&self, channel: String) {
-        let mut conn = self.inner.conn.lock().await;
-        if self.inner.waiters.is_registered(&channel) || !conn.subscribed.remove(&channel) {
+        let state = self.channel_state(&channel);
+        let mut subscribed_on = state.lock().await;
+        if self.inner.waiters.is_registered(&channel) {
             return;
         }
-        if let Some(sink) = conn.sink.as_mut() {
+        let current = {
+            let conn = self.inner.conn.lock().await;
+            conn.sink.clone().map(|sink| (sink, conn.epoch))
+        };
+        if let Some((mut sink, epoch)) = current
+            && *subscribed_on == epoch
+        {
             let timeout = self.inner.timeout;
             if !matches!(
                 tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
                 Ok(Ok(()))
             ) {
-                conn.sink = None;
+                self.forget(epoch).await;
             }
+        }
+        *subscribed_on = 0;
+        drop(subscribed_on);
+        // Forget the channel unless someone came back for it meanwhile.
+        let mut channels = self
+            .inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(&state) == 2 && !self.inner.waiters.is_registered(&channel) {
+            channels.remove(&channel);
         }
     }
 }
@@ -123,7 +172,6 @@ async fn dispatch(inner: std::sync::Weak<Inner>, mut stream: redis::aio::PubSubS
         let mut conn = inner.conn.lock().await;
         if conn.epoch == epoch {
             conn.sink = None;
-            conn.subscribed.clear();
         }
     }
     inner.waiters.wake_all();
