@@ -12,7 +12,7 @@
 //!   (423/409, 503 + `Retry-After`, 429 + `RateLimit*`).
 //!
 //! The extractors find their configuration in the router state through
-//! [`FromRef`](axum::extract::FromRef): a [`RouteLock`] for [`Locked`], a
+//! [`FromRef`]: a [`RouteLock`] for [`Locked`], a
 //! [`RouteRateLimit`] for [`RateLimited`] and [`RateDecision`].
 //!
 //! ```
