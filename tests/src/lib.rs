@@ -14,6 +14,7 @@
 //! server.restart(); // same port
 //! ```
 
+pub mod bench;
 pub mod counter_suite;
 pub mod http;
 pub mod kinds_suite;

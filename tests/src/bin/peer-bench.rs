@@ -1,0 +1,493 @@
+//! Benchmarks against the peers, measured side by side in one run. Every
+//! figure comes with a reference measured in the same run, as a ratio.
+//!
+//! ```text
+//! cargo run --release -p lock-tests --features peers --bin peer-bench [-- --quick]
+//! ```
+//!
+//! 1. decision throughput vs `redis-benchmark` on the same call;
+//! 2. lock latency: uncontended acquire+release vs two round trips
+//!    (`redis-benchmark -c 1`), and handoff (release -> next holder) for our
+//!    pub/sub wake-up vs `rslock` (retry polling);
+//! 3. Redlock over 5 servers: ours vs `rslock`, and vs our single server;
+//! 4. HTTP: axum with our layer (memory) vs `tower_governor`, our layer on
+//!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
+//! 5. resident memory of the memory backend after one million distinct keys.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use lock_core::backend::{MemoryBackend, RedisBackend};
+use lock_core::lock::{Lock, LockOptions, Redlock};
+use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+use lock_tests::RedisServer;
+use lock_tests::bench::{Error, throughput_table};
+use lock_tests::http::TestServer;
+use lock_tower::RateLimitLayer;
+use lock_tower::key::{GlobalKey, PeerIp};
+
+struct Scale {
+    iterations: usize,
+    handoffs: usize,
+    http_for: Duration,
+    keys: usize,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Error> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let scale = if quick {
+        Scale {
+            iterations: 2_000,
+            handoffs: 100,
+            http_for: Duration::from_secs(2),
+            keys: 1_000_000,
+        }
+    } else {
+        Scale {
+            iterations: 10_000,
+            handoffs: 300,
+            http_for: Duration::from_secs(5),
+            keys: 1_000_000,
+        }
+    };
+    println!("## 1. Decision throughput\n");
+    throughput_table(quick).await?;
+    println!("\n## 2. Lock latency\n");
+    lock_latency(&scale).await?;
+    println!("\n## 3. Redlock over 5 servers\n");
+    redlock(&scale).await?;
+    println!("\n## 4. HTTP\n");
+    http(&scale).await?;
+    println!("\n## 5. Memory\n");
+    memory(&scale).await?;
+    Ok(())
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.0} us", d.as_secs_f64() * 1e6)
+}
+
+fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    samples.sort_unstable();
+    samples
+        .get(((samples.len().max(1) - 1) as f64 * q).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / u32::try_from(samples.len().max(1)).unwrap_or(u32::MAX)
+}
+
+/// Mean latency of one unpipelined SET from `redis-benchmark -c 1`.
+fn round_trip(server: &RedisServer, n: usize) -> Result<Duration, Error> {
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port().to_string(),
+            "-q",
+            "-c",
+            "1",
+        ])
+        .args(["-n", &n.to_string(), "SET", "rtt", "v"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text.rsplit('\r').next().unwrap_or(&text);
+    let rps: f64 = summary
+        .split_whitespace()
+        .zip(summary.split_whitespace().skip(1))
+        .find(|(_, next)| *next == "requests")
+        .and_then(|(n, _)| n.parse().ok())
+        .ok_or_else(|| format!("unexpected redis-benchmark output: {text:?}"))?;
+    Ok(Duration::from_secs_f64(1.0 / rps))
+}
+
+async fn lock_latency(scale: &Scale) -> Result<(), Error> {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await?;
+    let options = LockOptions::new().lease(Duration::from_secs(10));
+    let lock = Lock::with_options(backend.clone(), "bench", options)?;
+    let mut samples = Vec::with_capacity(scale.iterations);
+    for _ in 0..scale.iterations {
+        let started = Instant::now();
+        let guard = lock.try_lock().await?.ok_or("busy")?;
+        guard.release().await?;
+        samples.push(started.elapsed());
+    }
+    let ours = mean(&samples);
+    let two_trips = round_trip(&server, scale.iterations)? * 2;
+    println!("| measure | ours | reference | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| uncontended acquire+release, mean | {} | two round trips (redis-benchmark -c 1): {} | {:.2}x |",
+        micros(ours),
+        micros(two_trips),
+        ours.as_secs_f64() / two_trips.as_secs_f64()
+    );
+
+    // Handoff: the holder releases; how long until the waiter holds it?
+    let waiter = Lock::with_options(backend.clone(), "handoff", options)?;
+    let holder = Lock::with_options(backend, "handoff", options)?;
+    let mut ours = Vec::with_capacity(scale.handoffs);
+    for _ in 0..scale.handoffs {
+        let guard = holder.try_lock().await?.ok_or("busy")?;
+        let waiter = waiter.clone();
+        let next = tokio::spawn(async move {
+            let guard = waiter
+                .lock(Duration::from_secs(10))
+                .await?
+                .ok_or("waited 10 s")?;
+            let at = Instant::now();
+            guard.release().await?;
+            Ok::<_, Error>(at)
+        });
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        guard.release().await?;
+        ours.push(next.await??.saturating_duration_since(released));
+    }
+    let mut a = rslock::LockManager::new(vec![server.url()]);
+    let mut b = rslock::LockManager::new(vec![server.url()]);
+    // rslock retries after a random delay up to this; 10 ms is a tuned
+    // setting (its default is 200 ms).
+    a.set_retry(u32::MAX, Duration::from_millis(10));
+    b.set_retry(u32::MAX, Duration::from_millis(10));
+    let b = Arc::new(b);
+    let mut theirs = Vec::with_capacity(scale.handoffs);
+    for _ in 0..scale.handoffs {
+        let lock = a
+            .acquire_no_guard("rs-handoff", Duration::from_secs(10))
+            .await?;
+        let b = b.clone();
+        let next = tokio::spawn(async move {
+            let lock = b
+                .acquire_no_guard("rs-handoff", Duration::from_secs(10))
+                .await?;
+            let at = Instant::now();
+            b.unlock(&lock).await;
+            Ok::<_, Error>(at)
+        });
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let released = Instant::now();
+        a.unlock(&lock).await;
+        theirs.push(next.await??.saturating_duration_since(released));
+    }
+    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+        let (o, t) = (percentile(&mut ours, q), percentile(&mut theirs, q));
+        println!(
+            "| handoff {label} | {} | rslock (retry delay 10 ms): {} | {:.2}x ({:.1}x faster) |",
+            micros(o),
+            micros(t),
+            o.as_secs_f64() / t.as_secs_f64(),
+            t.as_secs_f64() / o.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+async fn redlock(scale: &Scale) -> Result<(), Error> {
+    let servers = RedisServer::start_many(5);
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let options = LockOptions::new().lease(Duration::from_secs(10));
+    let ours_lock = Lock::with_options(Redlock::connect(&url_refs).await?, "red", options)?;
+    let single = Lock::with_options(RedisBackend::connect(&urls[0]).await?, "one", options)?;
+    let theirs = rslock::LockManager::new(urls.clone());
+    let n = scale.iterations / 4;
+    let (mut ours, mut one, mut rs) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let started = Instant::now();
+        ours_lock.try_lock().await?.ok_or("busy")?.release().await?;
+        ours.push(started.elapsed());
+        let started = Instant::now();
+        single.try_lock().await?.ok_or("busy")?.release().await?;
+        one.push(started.elapsed());
+        let started = Instant::now();
+        let lock = theirs.lock("rs-red", Duration::from_secs(10)).await?;
+        theirs.unlock(&lock).await;
+        rs.push(started.elapsed());
+    }
+    println!("| acquire+release | ours (5 servers) | reference | ratio |");
+    println!("|---|---:|---:|---:|");
+    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+        let (o, s, r) = (
+            percentile(&mut ours, q),
+            percentile(&mut one, q),
+            percentile(&mut rs, q),
+        );
+        println!(
+            "| {label} | {} | ours on 1 server: {} | {:.2}x |",
+            micros(o),
+            micros(s),
+            o.as_secs_f64() / s.as_secs_f64()
+        );
+        println!(
+            "| {label} | {} | rslock (5 servers): {} | {:.2}x |",
+            micros(o),
+            micros(r),
+            o.as_secs_f64() / r.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Requests per second and p99 latency of `GET url` from `concurrency`
+/// clients over loopback for `run_for`.
+async fn load(url: &str, concurrency: usize, run_for: Duration) -> Result<(f64, Duration), Error> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(concurrency)
+        .build(connector);
+    let deadline = Instant::now() + run_for;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url) = (client.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut refused = 0u64;
+            while Instant::now() < deadline {
+                let begun = Instant::now();
+                let response = client.get(url.parse()?).await?;
+                if !response.status().is_success() {
+                    refused += 1;
+                }
+                response.into_body().collect().await?;
+                samples.push(begun.elapsed());
+            }
+            Ok::<_, Error>((samples, refused))
+        }));
+    }
+    let mut all = Vec::new();
+    let mut refused = 0;
+    for task in tasks {
+        let (samples, r) = task.await??;
+        all.extend(samples);
+        refused += r;
+    }
+    if refused > 0 {
+        return Err(format!(
+            "{refused} requests to {url} were refused: the limit is meant to stay open"
+        )
+        .into());
+    }
+    let rps = all.len() as f64 / started.elapsed().as_secs_f64();
+    Ok((rps, percentile(&mut all, 0.99)))
+}
+
+fn huge() -> NonZeroU32 {
+    NonZeroU32::new(1_000_000_000).unwrap_or(NonZeroU32::MAX)
+}
+
+fn gcra_policy() -> Policy {
+    Policy::new(Algorithm::Gcra).quota(Quota::per_hour(huge()))
+}
+
+async fn http(scale: &Scale) -> Result<(), Error> {
+    const CONCURRENCY: usize = 32;
+    let hello = || Router::new().route("/", get(|| async { "hello" }));
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(&redis.url()).await?;
+
+    let bare = TestServer::start(hello()).await;
+    let ours_memory = TestServer::start(hello().layer(RateLimitLayer::new(
+        RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?,
+        PeerIp::new(),
+    )))
+    .await;
+    let governor = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .finish()
+        .ok_or("governor config")?;
+    let theirs_memory =
+        TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor))).await;
+    let ours_redis = TestServer::start(hello().layer(RateLimitLayer::new(
+        RateLimiter::new(backend.clone(), "http", gcra_policy())?,
+        PeerIp::new(),
+    )))
+    .await;
+
+    let mut rows = Vec::new();
+    for (label, server) in [
+        ("axum, no layer", &bare),
+        ("axum + ours (memory)", &ours_memory),
+        ("axum + tower_governor", &theirs_memory),
+        ("axum + ours (redis)", &ours_redis),
+    ] {
+        rows.push((
+            label,
+            load(&server.url("/"), CONCURRENCY, scale.http_for).await?,
+        ));
+    }
+    let ours_actix = actix_server(ActixVariant::Ours(backend.clone()))?;
+    rows.push((
+        "actix + ours (redis)",
+        load(
+            &format!("http://{}/", ours_actix.0),
+            CONCURRENCY,
+            scale.http_for,
+        )
+        .await?,
+    ));
+    let theirs_actix = actix_server(ActixVariant::Limitation(redis.url()))?;
+    rows.push((
+        "actix + actix-limitation (redis)",
+        load(
+            &format!("http://{}/", theirs_actix.0),
+            CONCURRENCY,
+            scale.http_for,
+        )
+        .await?,
+    ));
+    println!(
+        "{CONCURRENCY} clients over loopback, {:?} each\n",
+        scale.http_for
+    );
+    println!("| server | requests/s | p99 |");
+    println!("|---|---:|---:|");
+    for (label, (rps, p99)) in &rows {
+        println!("| {label} | {rps:.0} | {} |", micros(*p99));
+    }
+    let rps = |i: usize| rows[i].1.0;
+    println!("\n| comparison | ratio of requests/s |");
+    println!("|---|---:|");
+    println!(
+        "| ours (memory) / tower_governor | {:.2}x |",
+        rps(1) / rps(2)
+    );
+    println!("| ours (redis) / no layer | {:.2}x |", rps(3) / rps(0));
+    println!(
+        "| actix: ours (redis) / actix-limitation | {:.2}x |",
+        rps(4) / rps(5)
+    );
+    Ok(())
+}
+
+enum ActixVariant {
+    Ours(RedisBackend),
+    Limitation(String),
+}
+
+/// An actix-web hello server on its own thread; stops with the process.
+fn actix_server(
+    variant: ActixVariant,
+) -> Result<(SocketAddr, actix_web::dev::ServerHandle), Error> {
+    use actix_web::{App, HttpServer, web};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = match variant {
+                ActixVariant::Ours(backend) => {
+                    let limiter = RateLimiter::new(
+                        backend,
+                        "actix",
+                        Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(huge())),
+                    );
+                    let Ok(limiter) = limiter else { return };
+                    let middleware =
+                        lock_actix::RateLimit::new(RateLimitLayer::new(limiter, GlobalKey::new()));
+                    HttpServer::new(move || {
+                        App::new()
+                            .wrap(middleware.clone())
+                            .route("/", web::get().to(|| async { "hello" }))
+                    })
+                    .workers(1)
+                    .disable_signals()
+                    .bind(("127.0.0.1", 0))
+                    .map(|s| (s.addrs(), s.run()))
+                }
+                ActixVariant::Limitation(url) => {
+                    let limiter = actix_limitation::Limiter::builder(url)
+                        .key_by(|_req: &actix_web::dev::ServiceRequest| Some("global".to_owned()))
+                        .limit(1_000_000_000)
+                        .period(Duration::from_secs(3600))
+                        .build();
+                    let Ok(limiter) = limiter else { return };
+                    let limiter = web::Data::new(limiter);
+                    HttpServer::new(move || {
+                        App::new()
+                            .wrap(actix_limitation::RateLimiter::default())
+                            .app_data(limiter.clone())
+                            .route("/", web::get().to(|| async { "hello" }))
+                    })
+                    .workers(1)
+                    .disable_signals()
+                    .bind(("127.0.0.1", 0))
+                    .map(|s| (s.addrs(), s.run()))
+                }
+            };
+            match server {
+                Ok((addrs, server)) => {
+                    let _ = tx.send(addrs.first().copied().map(|a| (a, server.handle())));
+                    let _ = server.await;
+                }
+                Err(_) => {
+                    let _ = tx.send(None);
+                }
+            }
+        });
+    });
+    rx.recv()?
+        .ok_or_else(|| "actix server did not start".into())
+}
+
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+async fn memory(scale: &Scale) -> Result<(), Error> {
+    let backend = MemoryBackend::new();
+    // 10 per 100 ms: an idle key expires 10 ms after its last hit.
+    let quota =
+        Quota::new(NonZeroU32::new(10).ok_or("10")?, Duration::from_millis(100)).ok_or("quota")?;
+    let limiter = RateLimiter::new(backend, "mem", Policy::new(Algorithm::Gcra).quota(quota))?;
+    let before = resident_bytes();
+    for i in 0..scale.keys {
+        limiter.check(&format!("k{i}")).await?;
+    }
+    let peak = resident_bytes();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Touching keys sweeps expired ones.
+    for i in 0..10_000 {
+        limiter.check(&format!("after{i}")).await?;
+    }
+    let after = resident_bytes();
+    let mb = |b: u64| b as f64 / 1048576.0;
+    println!("| resident memory | MiB | vs before |");
+    println!("|---|---:|---:|");
+    println!("| before the stream | {:.1} | 1.00x |", mb(before));
+    println!(
+        "| after {} distinct keys (cap 100,000 live keys) | {:.1} | {:.2}x |",
+        scale.keys,
+        mb(peak),
+        peak as f64 / before as f64
+    );
+    println!(
+        "| after idle keys were evicted | {:.1} | {:.2}x |",
+        mb(after),
+        after as f64 / before as f64
+    );
+    Ok(())
+}
