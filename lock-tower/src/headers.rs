@@ -72,16 +72,28 @@ pub fn policy_value(policy: &Policy) -> HeaderValue {
     HeaderValue::from_str(&items.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// Adds the rate-limit fields of `decision` to `headers`.
+/// The structured-field string naming each quota of `policy`, by position.
+pub fn quota_labels(policy: &Policy) -> Vec<String> {
+    policy
+        .quotas()
+        .iter()
+        .map(|q| sf_string(&quota_name(policy, q)))
+        .collect()
+}
+
+/// Adds the rate-limit fields of `decision` to `headers`; `labels` are the
+/// policy's [`quota_labels`].
 pub fn apply(
     headers: &mut HeaderMap,
-    policy: &Policy,
+    labels: &[String],
     policy_value: &HeaderValue,
     decision: &Decision,
     legacy: bool,
 ) {
     let reset = ceil_secs(decision.reset_after);
-    let name = sf_string(&quota_name(policy, &decision.quota));
+    let name = labels
+        .get(decision.quota_index)
+        .map_or("\"default\"", String::as_str);
     let value = format!("{name};r={};t={reset}", decision.remaining);
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(RATELIMIT.clone(), value);

@@ -3,7 +3,7 @@
 //! capped, so memory stays flat under a stream of distinct keys.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::redis::gcra_interval_us;
@@ -28,9 +28,12 @@ struct Entry {
     expires_us: u64,
 }
 
+/// A quota's state is keyed by the limited name and the quota's suffix.
+type Key = (Name, Arc<str>);
+
 #[derive(Default)]
 struct Map {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<Key, Entry>,
     ops: u64,
 }
 
@@ -84,10 +87,10 @@ impl RateTable {
 
     fn check(&self, name: &Name, policy: &Policy, cost: u32) -> Decision {
         let now = self.now_us();
-        let keys: Vec<String> = policy
-            .quotas()
+        let keys: Vec<Key> = policy
+            .suffixes()
             .iter()
-            .map(|q| format!("{name}:{}", policy.suffix(q)))
+            .map(|suffix| (name.clone(), suffix.clone()))
             .collect();
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.ops += 1;
@@ -131,7 +134,7 @@ impl RateTable {
 
 /// Drops expired entries; if the map is still full, drops arbitrary entries
 /// down to 7/8 of the cap (those limits start afresh).
-fn evict(entries: &mut HashMap<String, Entry>, now: u64, max: usize) {
+fn evict(entries: &mut HashMap<Key, Entry>, now: u64, max: usize) {
     entries.retain(|_, e| e.expires_us > now);
     if entries.len() >= max {
         let mut excess = entries.len() - max * 7 / 8;

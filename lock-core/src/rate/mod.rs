@@ -59,6 +59,8 @@ pub struct Decision {
     /// The deciding quota: the one that refused (the one with the longest
     /// wait, if several did), or when allowed the one with the least remaining.
     pub quota: Quota,
+    /// The deciding quota's position in the policy.
+    pub quota_index: usize,
 }
 
 /// A store that can run rate-limit decisions. Implemented by
@@ -143,7 +145,8 @@ pub(crate) fn decision(
     reset_us: u64,
     retry_us: u64,
 ) -> Decision {
-    let quota = policy.quotas()[index.min(policy.quotas().len() - 1)].clone();
+    let index = index.min(policy.quotas().len() - 1);
+    let quota = policy.quotas()[index].clone();
     Decision {
         allowed,
         limit: quota.limit(),
@@ -157,5 +160,6 @@ pub(crate) fn decision(
             Duration::from_micros(retry_us.max(1))
         },
         quota,
+        quota_index: index,
     }
 }

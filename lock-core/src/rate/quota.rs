@@ -139,6 +139,8 @@ impl Algorithm {
 pub struct Policy {
     algorithm: Algorithm,
     quotas: Vec<Quota>,
+    /// Key suffix of each quota, built once.
+    suffixes: Vec<Arc<str>>,
 }
 
 /// Most quotas in one policy.
@@ -150,11 +152,19 @@ impl Policy {
         Policy {
             algorithm,
             quotas: Vec::new(),
+            suffixes: Vec::new(),
         }
     }
 
     /// Adds a quota.
     pub fn quota(mut self, quota: Quota) -> Self {
+        let suffix = format!(
+            "{}:{}:{}",
+            self.algorithm.tag(),
+            quota.limit(),
+            quota.period_ms()
+        );
+        self.suffixes.push(Arc::from(suffix));
         self.quotas.push(quota);
         self
     }
@@ -198,14 +208,9 @@ impl Policy {
         Ok(())
     }
 
-    /// Key suffix of quota `i`: `<algorithm>:<limit>:<period ms>`.
-    pub(crate) fn suffix(&self, quota: &Quota) -> String {
-        format!(
-            "{}:{}:{}",
-            self.algorithm.tag(),
-            quota.limit(),
-            quota.period_ms()
-        )
+    /// Key suffix of each quota: `<algorithm>:<limit>:<period ms>`.
+    pub(crate) fn suffixes(&self) -> &[Arc<str>] {
+        &self.suffixes
     }
 
     pub(crate) fn check_cost(&self, cost: u32) -> Result<()> {

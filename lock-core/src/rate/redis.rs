@@ -34,8 +34,8 @@ where
         };
         let mut invocation = script.prepare_invoke();
         invocation.arg(cost);
-        for quota in policy.quotas() {
-            invocation.key(self.key(name, &policy.suffix(quota)));
+        for (quota, suffix) in policy.quotas().iter().zip(policy.suffixes()) {
+            invocation.key(self.key(name, suffix));
             match policy.algorithm() {
                 Algorithm::Gcra => {
                     let period_us = quota.period_ms() * 1000;

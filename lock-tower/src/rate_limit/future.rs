@@ -11,7 +11,12 @@ use tower::Service;
 
 use super::RateVerdict as Verdict;
 
-pub(super) type AddHeaders = Box<dyn FnOnce(&mut HeaderMap, &Decision) + Send>;
+/// Adds the rate-limit fields of a decision to a response.
+pub(crate) trait ApplyHeaders: Send + Sync {
+    fn apply(&self, headers: &mut HeaderMap, decision: &Decision);
+}
+
+pub(super) type AddHeaders = std::sync::Arc<dyn ApplyHeaders>;
 
 // The request waits in the first state; boxing it would cost an allocation
 // per request for no gain (the future is built once per request anyway).
@@ -97,7 +102,7 @@ where
                     let mut response = ready!(future.poll(cx))?;
                     if let (Some(decision), Some(add)) = (decision.take(), this.add_headers.take())
                     {
-                        add(response.headers_mut(), &decision);
+                        add.apply(response.headers_mut(), &decision);
                     }
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));

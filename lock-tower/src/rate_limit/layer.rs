@@ -61,6 +61,7 @@ pub(crate) struct Shared<B, K> {
     pub(super) timeout: Duration,
     pub(super) legacy: bool,
     pub(super) policy_value: HeaderValue,
+    pub(super) labels: Vec<String>,
     pub(super) metrics: Arc<Metrics>,
 }
 
@@ -77,6 +78,7 @@ impl<B: Clone, K: Clone> Clone for Shared<B, K> {
             timeout: self.timeout,
             legacy: self.legacy,
             policy_value: self.policy_value.clone(),
+            labels: self.labels.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -94,6 +96,7 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         )
         .ok();
         let policy_value = headers::policy_value(limiter.policy());
+        let labels = headers::quota_labels(limiter.policy());
         RateLimitLayer {
             shared: Arc::new(Shared {
                 limiter,
@@ -106,6 +109,7 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
                 timeout: DEFAULT_DECISION_TIMEOUT,
                 legacy: false,
                 policy_value,
+                labels,
                 metrics: Arc::default(),
             }),
         }

@@ -52,13 +52,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
             Some(refusal) => refusal(decision),
             None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n"),
         };
-        headers::apply(
-            response.headers_mut(),
-            self.limiter.policy(),
-            &self.policy_value,
-            decision,
-            self.legacy,
-        );
+        self.apply_headers(response.headers_mut(), decision);
         response
     }
 
@@ -75,7 +69,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     pub(super) fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
         headers::apply(
             headers,
-            self.limiter.policy(),
+            &self.labels,
             &self.policy_value,
             decision,
             self.legacy,
@@ -170,14 +164,12 @@ where
                 None => shared.missing_key(),
             }
         };
-        let headers = self.shared.clone();
-        ResponseFuture::new(
-            Box::pin(verdict),
-            request,
-            inner,
-            Box::new(move |response_headers, decision| {
-                headers.apply_headers(response_headers, decision);
-            }),
-        )
+        ResponseFuture::new(Box::pin(verdict), request, inner, self.shared.clone())
+    }
+}
+
+impl<B: RateBackend, K: KeyExtractor> super::future::ApplyHeaders for Shared<B, K> {
+    fn apply(&self, headers: &mut http::HeaderMap, decision: &Decision) {
+        self.apply_headers(headers, decision);
     }
 }

@@ -129,6 +129,16 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
     }
     let ours = mean(&samples);
     let two_trips = round_trip(&server, scale.iterations)? * 2;
+    // The same two round trips through redis-rs on our shared connection.
+    let mut conn = backend.connection();
+    let mut pings = Vec::with_capacity(scale.iterations);
+    for _ in 0..scale.iterations {
+        let started = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        pings.push(started.elapsed());
+    }
+    let client_trips = mean(&pings);
     println!("| measure | ours | reference | ratio |");
     println!("|---|---:|---:|---:|");
     println!(
@@ -136,6 +146,12 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
         micros(ours),
         micros(two_trips),
         ours.as_secs_f64() / two_trips.as_secs_f64()
+    );
+    println!(
+        "| uncontended acquire+release, mean | {} | two PINGs through redis-rs on the same connection: {} | {:.2}x |",
+        micros(ours),
+        micros(client_trips),
+        ours.as_secs_f64() / client_trips.as_secs_f64()
     );
 
     // Handoff: the holder releases; how long until the waiter holds it?
@@ -159,15 +175,45 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
         guard.release().await?;
         ours.push(next.await??.saturating_duration_since(released));
     }
+    let mut theirs = rslock_handoffs(&server, Duration::from_millis(10), scale.handoffs).await?;
+    let mut theirs_default =
+        rslock_handoffs(&server, Duration::from_millis(200), scale.handoffs / 5).await?;
+    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+        let (o, t, d) = (
+            percentile(&mut ours, q),
+            percentile(&mut theirs, q),
+            percentile(&mut theirs_default, q),
+        );
+        for (reference, t) in [
+            ("rslock, retry delay 10 ms", t),
+            ("rslock, default retry delay 200 ms", d),
+        ] {
+            println!(
+                "| handoff {label} | {} | {reference}: {} | {:.3}x ({:.1}x faster) |",
+                micros(o),
+                micros(t),
+                o.as_secs_f64() / t.as_secs_f64(),
+                t.as_secs_f64() / o.as_secs_f64().max(1e-9)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Handoff latencies with rslock, whose waiter retries after a random delay
+/// of up to `delay`.
+async fn rslock_handoffs(
+    server: &RedisServer,
+    delay: Duration,
+    handoffs: usize,
+) -> Result<Vec<Duration>, Error> {
     let mut a = rslock::LockManager::new(vec![server.url()]);
     let mut b = rslock::LockManager::new(vec![server.url()]);
-    // rslock retries after a random delay up to this; 10 ms is a tuned
-    // setting (its default is 200 ms).
-    a.set_retry(u32::MAX, Duration::from_millis(10));
-    b.set_retry(u32::MAX, Duration::from_millis(10));
+    a.set_retry(u32::MAX, delay);
+    b.set_retry(u32::MAX, delay);
     let b = Arc::new(b);
-    let mut theirs = Vec::with_capacity(scale.handoffs);
-    for _ in 0..scale.handoffs {
+    let mut theirs = Vec::with_capacity(handoffs);
+    for _ in 0..handoffs {
         let lock = a
             .acquire_no_guard("rs-handoff", Duration::from_secs(10))
             .await?;
@@ -185,17 +231,7 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
         a.unlock(&lock).await;
         theirs.push(next.await??.saturating_duration_since(released));
     }
-    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
-        let (o, t) = (percentile(&mut ours, q), percentile(&mut theirs, q));
-        println!(
-            "| handoff {label} | {} | rslock (retry delay 10 ms): {} | {:.2}x ({:.1}x faster) |",
-            micros(o),
-            micros(t),
-            o.as_secs_f64() / t.as_secs_f64(),
-            t.as_secs_f64() / o.as_secs_f64().max(1e-9)
-        );
-    }
-    Ok(())
+    Ok(theirs)
 }
 
 async fn redlock(scale: &Scale) -> Result<(), Error> {
