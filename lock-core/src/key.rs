@@ -179,6 +179,14 @@ mod tests {
     }
 
     #[test]
+    fn control_characters_are_found_at_any_width() {
+        for bad in ["a\u{0}", "a\u{7f}", "a\u{85}b", "\u{9f}"] {
+            assert!(Name::new(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(Name::new("\u{a0}\u{c2}\u{e9}\u{1f600}").is_ok());
+    }
+
+    #[test]
     fn accepts_unicode_and_punctuation() {
         let name = Name::new("user:Zoë/42 [a]").unwrap();
         assert_eq!(name.as_str(), "user:Zoë/42 [a]");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::redis::gcra_interval_us;
-use super::{Algorithm, Decision, Policy, RateBackend, decision};
+use super::{Algorithm, Decision, MAX_QUOTAS, Policy, RateBackend, decision};
 use crate::backend::MemoryBackend;
 use crate::error::Result;
 use crate::key::Name;
@@ -23,6 +23,7 @@ enum Slot {
     Tat(u64),
 }
 
+#[derive(Clone, Copy)]
 struct Entry {
     slot: Slot,
     expires_us: u64,
@@ -31,9 +32,13 @@ struct Entry {
 /// A quota's state is keyed by the limited name and the quota's suffix.
 type Key = (Name, Arc<str>);
 
+/// Keys come from clients (IP addresses, user ids): the hasher is keyed at
+/// random, like std's, but faster.
+type Entries = HashMap<Key, Entry, ahash::RandomState>;
+
 #[derive(Default)]
 struct Map {
-    entries: HashMap<Key, Entry>,
+    entries: Entries,
     ops: u64,
 }
 
@@ -87,37 +92,39 @@ impl RateTable {
 
     fn check(&self, name: &Name, policy: &Policy, cost: u32) -> Decision {
         let now = self.now_us();
-        let keys: Vec<Key> = policy
-            .suffixes()
-            .iter()
-            .map(|suffix| (name.clone(), suffix.clone()))
-            .collect();
+        let key = |suffix: &Arc<str>| -> Key { (name.clone(), suffix.clone()) };
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.ops += 1;
         if map.ops.is_multiple_of(SWEEP_EVERY) {
             map.entries.retain(|_, e| e.expires_us > now);
         }
-        let slots: Vec<Option<(Slot, u64)>> = keys
-            .iter()
-            .map(|k| {
-                map.entries
-                    .get(k)
-                    .filter(|e| e.expires_us > now)
-                    .map(|e| (e.slot, e.expires_us))
-            })
-            .collect();
+        // Fixed-size buffers: a decision allocates nothing here.
+        let mut buffer = [None; MAX_QUOTAS];
+        for (slot, suffix) in buffer.iter_mut().zip(policy.suffixes()) {
+            *slot = map
+                .entries
+                .get(&key(suffix))
+                .filter(|e| e.expires_us > now)
+                .map(|e| (e.slot, e.expires_us));
+        }
+        let slots = &buffer[..policy.quotas().len()];
         let cost = u64::from(cost);
         let (raw, writes) = match policy.algorithm() {
-            Algorithm::FixedWindow => fixed_window(policy, &slots, cost, now),
-            Algorithm::SlidingWindow => sliding_window(policy, &slots, cost, now),
-            Algorithm::Gcra => gcra(policy, &slots, cost, now),
+            Algorithm::FixedWindow => fixed_window(policy, slots, cost, now),
+            Algorithm::SlidingWindow => sliding_window(policy, slots, cost, now),
+            Algorithm::Gcra => gcra(policy, slots, cost, now),
         };
-        for (key, entry) in keys.into_iter().zip(writes) {
-            if let Some(entry) = entry {
-                if !map.entries.contains_key(&key) && map.entries.len() >= self.max_keys {
-                    evict(&mut map.entries, now, self.max_keys);
+        for (suffix, entry) in policy.suffixes().iter().zip(writes) {
+            let Some(entry) = entry else { continue };
+            let key = key(suffix);
+            match map.entries.get_mut(&key) {
+                Some(existing) => *existing = entry,
+                None => {
+                    if map.entries.len() >= self.max_keys {
+                        evict(&mut map.entries, now, self.max_keys);
+                    }
+                    map.entries.insert(key, entry);
                 }
-                map.entries.insert(key, entry);
             }
         }
         drop(map);
@@ -134,7 +141,7 @@ impl RateTable {
 
 /// Drops expired entries; if the map is still full, drops arbitrary entries
 /// down to 7/8 of the cap (those limits start afresh).
-fn evict(entries: &mut HashMap<Key, Entry>, now: u64, max: usize) {
+fn evict(entries: &mut Entries, now: u64, max: usize) {
     entries.retain(|_, e| e.expires_us > now);
     if entries.len() >= max {
         let mut excess = entries.len() - max * 7 / 8;
@@ -150,7 +157,7 @@ fn evict(entries: &mut HashMap<Key, Entry>, now: u64, max: usize) {
     }
 }
 
-type Writes = Vec<Option<Entry>>;
+type Writes = [Option<Entry>; MAX_QUOTAS];
 
 fn fixed_window(
     policy: &Policy,
@@ -173,17 +180,15 @@ fn fixed_window(
     // Redis TTLs are whole milliseconds.
     let ms = |us: u64| us.div_ceil(1000) * 1000;
     if allowed {
-        let mut writes = Vec::with_capacity(quotas.len());
-        for s in &mut state {
+        let mut writes = [None; MAX_QUOTAS];
+        for (s, write) in state.iter_mut().zip(writes.iter_mut()) {
             if cost > 0 {
                 // A new counter expires one period from now; an existing one keeps its TTL.
                 s.1 += cost;
-                writes.push(Some(Entry {
+                *write = Some(Entry {
                     slot: Slot::Count(s.1),
                     expires_us: now + s.2,
-                }));
-            } else {
-                writes.push(None);
+                });
             }
         }
         let best = argmin(state.iter().map(|s| s.0 as f64 - s.1 as f64));
@@ -210,7 +215,7 @@ fn fixed_window(
             reset_us: ms(ttl),
             retry_us: ms(ttl),
         };
-        (raw, (0..quotas.len()).map(|_| None).collect())
+        (raw, [None; MAX_QUOTAS])
     }
 }
 
@@ -281,7 +286,7 @@ fn sliding_window(
             retry,
         });
     }
-    let mut writes: Writes = (0..quotas.len()).map(|_| None).collect();
+    let mut writes: Writes = [None; MAX_QUOTAS];
     let best = if allowed {
         for (s, write) in state.iter_mut().zip(writes.iter_mut()) {
             if cost > 0 {
@@ -340,7 +345,7 @@ fn gcra(policy: &Policy, slots: &[Option<(Slot, u64)>], cost: u64, now: u64) -> 
         allowed &= retry == 0;
         state.push((interval, window, tat, new_tat, retry));
     }
-    let mut writes: Writes = (0..quotas.len()).map(|_| None).collect();
+    let mut writes: Writes = [None; MAX_QUOTAS];
     let best = if allowed {
         for (s, write) in state.iter_mut().zip(writes.iter_mut()) {
             if cost > 0 {
@@ -389,6 +394,10 @@ fn argmax(values: impl Iterator<Item = f64>) -> usize {
 impl RateBackend for MemoryBackend {
     async fn check(&self, name: &Name, policy: &Policy, cost: u32) -> Result<Decision> {
         Ok(self.inner.rates.check(name, policy, cost))
+    }
+
+    fn check_now(&self, name: &Name, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
+        Some(Ok(self.inner.rates.check(name, policy, cost)))
     }
 }
 

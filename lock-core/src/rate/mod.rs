@@ -76,6 +76,14 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
         policy: &Policy,
         cost: u32,
     ) -> impl Future<Output = Result<Decision>> + Send;
+
+    /// Decides at once when the backend can do so without waiting (the
+    /// in-memory backend); `None` otherwise (the default). Lets middleware
+    /// skip the asynchronous machinery on the hot path.
+    fn check_now(&self, name: &Name, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
+        let _ = (name, policy, cost);
+        None
+    }
 }
 
 /// A rate limiter: a scope name (so several limiters can share a backend), a
@@ -121,6 +129,18 @@ impl<B: RateBackend> RateLimiter<B> {
     /// or braced key; backend failures.
     pub async fn check(&self, key: &str) -> Result<Decision> {
         self.check_cost(key, 1).await
+    }
+
+    /// Like [`check_cost`](Self::check_cost), but only if the backend can
+    /// decide without waiting (in memory); `None` otherwise.
+    pub fn check_cost_now(&self, key: &str, cost: u32) -> Option<Result<Decision>> {
+        if let Err(e) = self.policy.check_cost(cost) {
+            return Some(Err(e));
+        }
+        match quota::scoped_name(self.scope.as_str(), key) {
+            Ok(name) => self.backend.check_now(&name, &self.policy, cost),
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// Checks `cost` units for `key` (0 looks without consuming).

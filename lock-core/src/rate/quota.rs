@@ -229,7 +229,11 @@ pub(crate) fn scoped_name(scope: &str, key: &str) -> Result<Name> {
     if key.is_empty() {
         return Err(Error::invalid_name(key, "must not be empty"));
     }
-    Name::new(format!("{scope}:{key}"))
+    let mut name = String::with_capacity(scope.len() + 1 + key.len());
+    name.push_str(scope);
+    name.push(':');
+    name.push_str(key);
+    Name::new(name)
 }
 
 #[cfg(test)]

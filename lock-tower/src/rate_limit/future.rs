@@ -33,6 +33,9 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
         future: S::Future,
         decision: Option<Decision>,
     },
+    Ready {
+        response: Option<Response<Bytes>>,
+    },
     Done,
 }
 
@@ -65,6 +68,30 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
                 inner: Some(inner),
             },
             add_headers: Some(add_headers),
+        }
+    }
+}
+
+impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
+    /// Decided at once: the inner service is already called.
+    pub(super) fn calling(
+        future: S::Future,
+        decision: Option<Decision>,
+        add_headers: AddHeaders,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Calling { future, decision },
+            add_headers: Some(add_headers),
+        }
+    }
+
+    /// Decided at once: answer with `response`.
+    pub(super) fn ready(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Ready {
+                response: Some(response),
+            },
+            add_headers: None,
         }
     }
 }
@@ -106,6 +133,13 @@ where
                     }
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
+                }
+                StateProj::Ready { response } => {
+                    let Some(response) = response.take() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response.map(ResBody::from)));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }

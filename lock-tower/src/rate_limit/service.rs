@@ -81,7 +81,10 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
         let key = self.key.extract(request);
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
         match key {
-            Some(key) => self.decide(key, cost).await,
+            Some(key) => match self.decide_now(&key, cost) {
+                Some(verdict) => verdict,
+                None => self.decide(key, cost).await,
+            },
             None => self.missing_key(),
         }
     }
@@ -91,6 +94,23 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
         match self.missing_key {
             MissingKey::PassThrough => Verdict::Allow(None),
             MissingKey::Respond(status) => Verdict::Respond(plain(status, "No rate-limit key\n")),
+        }
+    }
+
+    /// The verdict for `key` if the backend decides without waiting and
+    /// without failing; `None` sends the request down the asynchronous path.
+    fn decide_now(&self, key: &str, cost: u32) -> Option<Verdict> {
+        match self.limiter.check_cost_now(key, cost)? {
+            Ok(decision) => Some(self.verdict(decision)),
+            Err(Error::InvalidName { .. }) => Some(self.missing_key()),
+            Err(error) if !error.is_backend_failure() => {
+                tracing::error!(%error, "rate limit cannot decide");
+                Some(Verdict::Respond(plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Rate limit misconfigured\n",
+                )))
+            }
+            Err(_) => None,
         }
     }
 
@@ -151,13 +171,25 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone that was driven to readiness serves this request.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         let parts = RequestParts::new(&request);
         let key = shared.key.extract(parts);
         let cost = shared.cost.as_ref().map_or(1, |cost| cost(parts));
+        // A backend that decides without waiting (in memory) is answered
+        // here: no boxed future, and the ready service itself is called.
+        if let Some(verdict) = key.as_deref().and_then(|key| shared.decide_now(key, cost)) {
+            return match verdict {
+                Verdict::Allow(decision) => {
+                    ResponseFuture::calling(self.inner.call(request), decision, shared)
+                }
+                Verdict::Limited { response, .. } | Verdict::Respond(response) => {
+                    ResponseFuture::ready(response)
+                }
+            };
+        }
+        // The clone that was driven to readiness serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
         let verdict = async move {
             match key {
                 Some(key) => shared.decide(key, cost).await,
