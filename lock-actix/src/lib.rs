@@ -47,7 +47,6 @@
 
 use std::future::{Ready, ready};
 use std::rc::Rc;
-use std::sync::Arc;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
@@ -55,12 +54,13 @@ use actix_web::http::StatusCode as ActixStatus;
 use actix_web::http::header::{HeaderName as ActixName, HeaderValue as ActixValue};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 use bytes::Bytes;
-use futures_util::future::{BoxFuture, LocalBoxFuture};
+use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 use lock_tower::key::{KeyExtractor, RequestParts};
 use lock_tower::{
     ConcurrencyLimitLayer, HeldLock, LockLayer, LockVerdict, RateLimitLayer, RateVerdict,
+    SharedLock, SharedRateLimit,
 };
 
 /// The parts of an actix request, in the `http` 1 types the key extractors
@@ -153,35 +153,14 @@ impl ResponseError for Rejection {
     }
 }
 
-trait DynRateDecider: Send + Sync {
-    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
-    fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision);
-}
-
-impl<B: RateBackend, K: KeyExtractor> DynRateDecider for RateLimitLayer<B, K> {
-    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
-        Box::pin(RateLimitLayer::decide(self, parts))
-    }
-
-    fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
-        RateLimitLayer::apply_headers(self, headers, decision);
-    }
-}
-
 /// Rate-limit middleware: `App::new().wrap(RateLimit::new(layer))`.
-#[derive(Clone)]
-pub struct RateLimit(Arc<dyn DynRateDecider>);
+#[derive(Clone, Debug)]
+pub struct RateLimit(SharedRateLimit);
 
 impl RateLimit {
     /// Limits as `layer` would.
     pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
-        RateLimit(Arc::new(layer))
-    }
-}
-
-impl std::fmt::Debug for RateLimit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimit").finish_non_exhaustive()
+        RateLimit(SharedRateLimit::new(layer))
     }
 }
 
@@ -207,7 +186,7 @@ where
 /// The service of [`RateLimit`].
 pub struct RateLimitMiddleware<S> {
     service: Rc<S>,
-    limit: Arc<dyn DynRateDecider>,
+    limit: SharedRateLimit,
 }
 
 impl<S, Bd> Service<ServiceRequest> for RateLimitMiddleware<S>
@@ -248,54 +227,23 @@ where
     }
 }
 
-trait DynLocker: Send + Sync {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
-    fn cancels_on_lease_loss(&self) -> bool;
-}
-
-impl<B: LockBackend, K: KeyExtractor> DynLocker for LockLayer<B, K> {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
-        Box::pin(LockLayer::acquire(self, parts))
-    }
-
-    fn cancels_on_lease_loss(&self) -> bool {
-        LockLayer::cancels_on_lease_loss(self)
-    }
-}
-
-impl<B: LockBackend, K: KeyExtractor> DynLocker for ConcurrencyLimitLayer<B, K> {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
-        Box::pin(ConcurrencyLimitLayer::acquire(self, parts))
-    }
-
-    fn cancels_on_lease_loss(&self) -> bool {
-        ConcurrencyLimitLayer::cancels_on_lease_loss(self)
-    }
-}
-
 /// Per-key lock (or concurrency limit) middleware:
 /// `App::new().wrap(KeyLock::new(layer))`. The lock is held until the
 /// response is produced, and released at once if the client goes away.
-#[derive(Clone)]
-pub struct KeyLock(Arc<dyn DynLocker>);
+#[derive(Clone, Debug)]
+pub struct KeyLock(SharedLock);
 
 impl KeyLock {
     /// Locks as `layer` would.
     pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
-        KeyLock(Arc::new(layer))
+        KeyLock(SharedLock::new(layer))
     }
 
     /// Admits at most N requests per key, as `layer` would.
     pub fn concurrency<B: LockBackend, K: KeyExtractor>(
         layer: ConcurrencyLimitLayer<B, K>,
     ) -> Self {
-        KeyLock(Arc::new(layer))
-    }
-}
-
-impl std::fmt::Debug for KeyLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyLock").finish_non_exhaustive()
+        KeyLock(SharedLock::concurrency(layer))
     }
 }
 
@@ -321,7 +269,7 @@ where
 /// The service of [`KeyLock`].
 pub struct KeyLockMiddleware<S> {
     service: Rc<S>,
-    locker: Arc<dyn DynLocker>,
+    locker: SharedLock,
 }
 
 impl<S, Bd> Service<ServiceRequest> for KeyLockMiddleware<S>
@@ -391,19 +339,13 @@ where
 }
 
 /// App data for [`Locked`]: `App::new().app_data(RouteLock::new(layer))`.
-#[derive(Clone)]
-pub struct RouteLock(Arc<dyn DynLocker>);
+#[derive(Clone, Debug)]
+pub struct RouteLock(SharedLock);
 
 impl RouteLock {
     /// Locks as `layer` would.
     pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
-        RouteLock(Arc::new(layer))
-    }
-}
-
-impl std::fmt::Debug for RouteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteLock").finish_non_exhaustive()
+        RouteLock(SharedLock::new(layer))
     }
 }
 
@@ -438,19 +380,13 @@ impl FromRequest for Locked {
 }
 
 /// App data for [`RateDecision`]: `App::new().app_data(RouteRateLimit::new(layer))`.
-#[derive(Clone)]
-pub struct RouteRateLimit(Arc<dyn DynRateDecider>);
+#[derive(Clone, Debug)]
+pub struct RouteRateLimit(SharedRateLimit);
 
 impl RouteRateLimit {
     /// Decides as `layer` would.
     pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
-        RouteRateLimit(Arc::new(layer))
-    }
-}
-
-impl std::fmt::Debug for RouteRateLimit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteRateLimit").finish_non_exhaustive()
+        RouteRateLimit(SharedRateLimit::new(layer))
     }
 }
 

@@ -69,18 +69,15 @@
 //!     .with_state(state);
 //! ```
 
-use std::sync::Arc;
-
 use axum::extract::{FromRef, FromRequestParts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 use lock_tower::key::{KeyExtractor, RequestParts};
-use lock_tower::{HeldLock, LockVerdict, RateVerdict};
+use lock_tower::{HeldLock, LockVerdict, RateVerdict, SharedLock, SharedRateLimit};
 
 pub use lock_tower::{
     ConcurrencyLimitLayer, LockLayer, Metrics, MissingKey, OnBackendFailure, RateLimitLayer, key,
@@ -90,44 +87,22 @@ fn parts_view(parts: &Parts) -> RequestParts<'_> {
     RequestParts::from_parts(parts)
 }
 
-trait DynLocker: Send + Sync {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
-}
-
-impl<B: LockBackend, K: KeyExtractor> DynLocker for LockLayer<B, K> {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
-        Box::pin(LockLayer::acquire(self, parts))
-    }
-}
-
-impl<B: LockBackend, K: KeyExtractor> DynLocker for ConcurrencyLimitLayer<B, K> {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
-        Box::pin(ConcurrencyLimitLayer::acquire(self, parts))
-    }
-}
-
 /// Router state for [`Locked`]: which lock a request takes, and how (wait,
 /// statuses, failure policy), as configured on a [`LockLayer`].
-#[derive(Clone)]
-pub struct RouteLock(Arc<dyn DynLocker>);
+#[derive(Clone, Debug)]
+pub struct RouteLock(SharedLock);
 
 impl RouteLock {
     /// Locks as `layer` would.
     pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
-        RouteLock(Arc::new(layer))
+        RouteLock(SharedLock::new(layer))
     }
 
     /// Takes permits as `layer` would (at most N handlers per key).
     pub fn concurrency<B: LockBackend, K: KeyExtractor>(
         layer: ConcurrencyLimitLayer<B, K>,
     ) -> Self {
-        RouteLock(Arc::new(layer))
-    }
-}
-
-impl std::fmt::Debug for RouteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteLock").finish_non_exhaustive()
+        RouteLock(SharedLock::concurrency(layer))
     }
 }
 
@@ -176,36 +151,15 @@ fn lock_unavailable() -> http::Response<Bytes> {
     response
 }
 
-trait DynRateDecider: Send + Sync {
-    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
-    fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision);
-}
-
-impl<B: RateBackend, K: KeyExtractor> DynRateDecider for RateLimitLayer<B, K> {
-    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
-        Box::pin(RateLimitLayer::decide(self, parts))
-    }
-
-    fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
-        RateLimitLayer::apply_headers(self, headers, decision);
-    }
-}
-
 /// Router state for [`RateLimited`] and [`RateDecision`]: a rate limit
 /// configured as a [`RateLimitLayer`].
-#[derive(Clone)]
-pub struct RouteRateLimit(Arc<dyn DynRateDecider>);
+#[derive(Clone, Debug)]
+pub struct RouteRateLimit(SharedRateLimit);
 
 impl RouteRateLimit {
     /// Decides as `layer` would.
     pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
-        RouteRateLimit(Arc::new(layer))
-    }
-}
-
-impl std::fmt::Debug for RouteRateLimit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteRateLimit").finish_non_exhaustive()
+        RouteRateLimit(SharedRateLimit::new(layer))
     }
 }
 

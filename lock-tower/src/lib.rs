@@ -56,7 +56,9 @@ pub mod key;
 pub mod lock;
 pub mod rate_limit;
 mod response;
+pub mod shared;
 
 pub use failure::{Metrics, MissingKey, OnBackendFailure};
 pub use lock::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, HeldLock, LockLayer, LockVerdict};
 pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer, RateVerdict};
+pub use shared::{SharedLock, SharedRateLimit};

@@ -1,0 +1,114 @@
+//! Type-erased handles on configured layers, for framework adapters: one
+//! extractor or middleware type serves any backend and key extractor.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use http::HeaderMap;
+use lock_core::lock::LockBackend;
+use lock_core::rate::{Decision, RateBackend};
+
+use crate::key::{KeyExtractor, RequestParts};
+use crate::{ConcurrencyLimitLayer, LockLayer, LockVerdict, RateLimitLayer, RateVerdict};
+
+trait DecideRate: Send + Sync {
+    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
+    fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision);
+}
+
+impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
+    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
+        Box::pin(RateLimitLayer::decide(self, parts))
+    }
+
+    fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
+        RateLimitLayer::apply_headers(self, headers, decision);
+    }
+}
+
+/// A [`RateLimitLayer`] of any backend and key extractor, cheap to clone.
+#[derive(Clone)]
+pub struct SharedRateLimit(Arc<dyn DecideRate>);
+
+impl SharedRateLimit {
+    /// Decides as `layer` would.
+    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
+        SharedRateLimit(Arc::new(layer))
+    }
+
+    /// See [`RateLimitLayer::decide`].
+    pub fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
+        self.0.decide(parts)
+    }
+
+    /// See [`RateLimitLayer::apply_headers`].
+    pub fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
+        self.0.apply_headers(headers, decision);
+    }
+}
+
+impl std::fmt::Debug for SharedRateLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRateLimit").finish_non_exhaustive()
+    }
+}
+
+trait AcquireLock: Send + Sync {
+    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
+    fn cancels_on_lease_loss(&self) -> bool;
+}
+
+impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
+    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
+        Box::pin(LockLayer::acquire(self, parts))
+    }
+
+    fn cancels_on_lease_loss(&self) -> bool {
+        LockLayer::cancels_on_lease_loss(self)
+    }
+}
+
+impl<B: LockBackend, K: KeyExtractor> AcquireLock for ConcurrencyLimitLayer<B, K> {
+    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
+        Box::pin(ConcurrencyLimitLayer::acquire(self, parts))
+    }
+
+    fn cancels_on_lease_loss(&self) -> bool {
+        ConcurrencyLimitLayer::cancels_on_lease_loss(self)
+    }
+}
+
+/// A [`LockLayer`] or [`ConcurrencyLimitLayer`] of any backend and key
+/// extractor, cheap to clone.
+#[derive(Clone)]
+pub struct SharedLock(Arc<dyn AcquireLock>);
+
+impl SharedLock {
+    /// Locks as `layer` would.
+    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
+        SharedLock(Arc::new(layer))
+    }
+
+    /// Takes permits as `layer` would.
+    pub fn concurrency<B: LockBackend, K: KeyExtractor>(
+        layer: ConcurrencyLimitLayer<B, K>,
+    ) -> Self {
+        SharedLock(Arc::new(layer))
+    }
+
+    /// See [`LockLayer::acquire`].
+    pub fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
+        self.0.acquire(parts)
+    }
+
+    /// See [`LockLayer::cancels_on_lease_loss`].
+    pub fn cancels_on_lease_loss(&self) -> bool {
+        self.0.cancels_on_lease_loss()
+    }
+}
+
+impl std::fmt::Debug for SharedLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedLock").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,166 @@
+//! The axum extractors and the actix-web middleware and extractors over real
+//! HTTP, beyond what the flash-sale demo exercises.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::FromRef;
+use axum::routing::get;
+use http::StatusCode;
+use lock_core::backend::MemoryBackend;
+use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+use lock_tests::http::{TestClient, TestServer};
+use lock_tower::key::{GlobalKey, PathKey};
+use lock_tower::{LockLayer, RateLimitLayer};
+
+fn two_per_minute(scope: &str) -> RateLimitLayer<MemoryBackend, GlobalKey> {
+    let quota = Quota::per_minute(NonZeroU32::new(2).expect("2"));
+    let limiter = RateLimiter::new(
+        MemoryBackend::new(),
+        scope,
+        Policy::new(Algorithm::FixedWindow).quota(quota),
+    )
+    .expect("valid");
+    RateLimitLayer::new(limiter, GlobalKey::new())
+}
+
+#[derive(Clone)]
+struct State {
+    decide: lock_axum::RouteRateLimit,
+}
+
+impl FromRef<State> for lock_axum::RouteRateLimit {
+    fn from_ref(state: &State) -> Self {
+        state.decide.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_rate_extractors() {
+    async fn decide(decision: lock_axum::RateDecision) -> axum::response::Response {
+        let text = if decision.allowed() {
+            "go"
+        } else {
+            "handler says no"
+        };
+        decision.with_headers(text)
+    }
+    async fn limited(_ok: lock_axum::RateLimited) -> &'static str {
+        "go"
+    }
+    let decide_app = Router::new().route("/", get(decide)).with_state(State {
+        decide: lock_axum::RouteRateLimit::new(two_per_minute("decide")),
+    });
+    let limited_app = Router::new().route("/", get(limited)).with_state(State {
+        decide: lock_axum::RouteRateLimit::new(two_per_minute("limited")),
+    });
+    let (decide_server, limited_server) = (
+        TestServer::start(decide_app).await,
+        TestServer::start(limited_app).await,
+    );
+    let client = TestClient::new();
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let reply = client.get(&decide_server.url("/"), &[]).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "RateDecision never rejects on the limit"
+        );
+        assert!(reply.header("ratelimit").starts_with("\"default\";r="));
+        bodies.push(String::from_utf8_lossy(&reply.body).into_owned());
+    }
+    assert_eq!(bodies, ["go", "go", "handler says no"]);
+    let statuses: Vec<StatusCode> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(client.get(&limited_server.url("/"), &[]).await.status);
+        }
+        v
+    };
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+/// Starts an actix-web app on its own thread; returns its address.
+fn actix<F, T, B>(factory: F) -> std::net::SocketAddr
+where
+    F: Fn() -> actix_web::App<T> + Send + Clone + 'static,
+    T: actix_web::dev::ServiceFactory<
+            actix_web::dev::ServiceRequest,
+            Config = (),
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    B: actix_web::body::MessageBody + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = actix_web::HttpServer::new(factory)
+                .workers(1)
+                .disable_signals()
+                .bind(("127.0.0.1", 0))
+                .expect("bind");
+            let addr = server.addrs()[0];
+            tx.send(addr).expect("send");
+            server.run().await.expect("run");
+        });
+    });
+    rx.recv().expect("actix server address")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_key_lock_middleware_and_rate_decision() {
+    use actix_web::{HttpResponse, web};
+    let lock = lock_actix::KeyLock::new(LockLayer::new(MemoryBackend::new(), PathKey));
+    let addr = actix(move || {
+        actix_web::App::new().wrap(lock.clone()).route(
+            "/slow",
+            web::get().to(|| async {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                HttpResponse::Ok().body("done")
+            }),
+        )
+    });
+    let client = TestClient::new();
+    let url = format!("http://{addr}/slow");
+    let first = {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move { client.get(&url, &[]).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(client.get(&url, &[]).await.status, StatusCode::LOCKED);
+    assert_eq!(first.await.expect("join"), StatusCode::OK);
+
+    let decide = lock_actix::RouteRateLimit::new(two_per_minute("actix-decide"));
+    let addr = actix(move || {
+        actix_web::App::new().app_data(decide.clone()).route(
+            "/",
+            web::get().to(|decision: lock_actix::RateDecision| async move {
+                let text = if decision.allowed() {
+                    "go"
+                } else {
+                    "handler says no"
+                };
+                decision.with_headers(HttpResponse::Ok().body(text))
+            }),
+        )
+    });
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let reply = client.get(&format!("http://{addr}/"), &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(reply.header("ratelimit").starts_with("\"default\";r="));
+        bodies.push(String::from_utf8_lossy(&reply.body).into_owned());
+    }
+    assert_eq!(bodies, ["go", "go", "handler says no"]);
+}
