@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 /// Tunables of the shop.
 #[derive(Debug, Clone)]
 pub struct ShopConfig {
-    /// Purchases per user per second (GCRA; the burst is the same number).
+    /// Purchases per user per second (GCRA; the burst is the same number; at
+    /// most a million).
     pub buys_per_second: NonZeroU32,
     /// How long a buy waits for the same user's other buy to finish before
     /// answering 503 (0 = answer 423 at once). A user's buys are serialized,
@@ -100,6 +101,11 @@ pub(crate) fn user_key(request: RequestParts<'_>) -> Option<String> {
 
 type KeyFn = fn(RequestParts<'_>) -> Option<String>;
 
+const MAX_BUYS_PER_SECOND: NonZeroU32 = match NonZeroU32::new(1_000_000) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
+
 macro_rules! with_stock {
     ($shop:expr, $stock:ident => $body:expr) => {
         match &$shop.backend {
@@ -170,10 +176,12 @@ impl Shop {
 
     /// The per-client purchase rate limit, as a tower layer on `backend`.
     pub(crate) fn rate_layer<B: RateBackend>(&self, backend: B) -> RateLimitLayer<B, KeyFn> {
-        let quota = Quota::per_second(self.config.buys_per_second).named("buys");
+        // GCRA allows at most one unit per microsecond: a million per second.
+        let per_second = self.config.buys_per_second.min(MAX_BUYS_PER_SECOND);
+        let quota = Quota::per_second(per_second).named("buys");
         let policy = Policy::new(Algorithm::Gcra).quota(quota);
         let limiter = RateLimiter::new(backend, "shop", policy)
-            .unwrap_or_else(|e| unreachable!("a per-second GCRA quota is valid: {e}"));
+            .unwrap_or_else(|e| unreachable!("a clamped per-second GCRA quota is valid: {e}"));
         RateLimitLayer::new(limiter, client_key as KeyFn)
             .on_backend_failure(OnBackendFailure::FailClosed)
             .decision_timeout(self.config.decision_timeout)
