@@ -355,7 +355,9 @@ fn not_configured(what: &str) -> Rejection {
     Rejection(response)
 }
 
-/// Holds the lock of this request's key for the handler's lifetime.
+/// Holds the lock of this request's key for the handler's lifetime. Dropping
+/// it releases the lock in the background; a handler that wants the key free
+/// before its response leaves calls [`HeldLock::release`] at its end.
 #[derive(Debug)]
 pub struct Locked(pub Option<HeldLock>);
 

@@ -123,8 +123,10 @@ impl IntoResponse for Rejection {
     }
 }
 
-/// Holds the lock of this request's key for the handler's lifetime (released
-/// when the handler returns, or at once if the client goes away).
+/// Holds the lock of this request's key for the handler's lifetime. Dropping
+/// it (the handler returns, or the client goes away) releases the lock in the
+/// background; a handler that wants the key free before its response leaves
+/// calls [`HeldLock::release`] at its end.
 #[derive(Debug)]
 pub struct Locked(pub Option<HeldLock>);
 

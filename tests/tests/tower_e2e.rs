@@ -366,6 +366,21 @@ async fn handler_is_cancelled_when_the_lease_is_lost<B: LockBackend>(backend: B)
     );
 }
 
+async fn sequential_requests_on_one_key_are_never_refused<B: LockBackend>(backend: B) {
+    // The lock is released before the response goes out, so a client that
+    // sends its next request at once finds the key free (wait 0: busy = 423).
+    let layer = LockLayer::new(backend, PathKey);
+    let app = Router::new()
+        .route("/seq", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    for i in 0..50 {
+        let status = client.get(&server.url("/seq"), &[]).await.status;
+        assert_eq!(status, StatusCode::OK, "request {i} found its own key busy");
+    }
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -397,4 +412,5 @@ on_both_backends!(
     concurrency_limit_never_admits_more,
     lock_can_be_held_until_the_body_is_sent,
     handler_is_cancelled_when_the_lease_is_lost,
+    sequential_requests_on_one_key_are_never_refused,
 );

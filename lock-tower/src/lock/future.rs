@@ -17,7 +17,7 @@ use super::{HeldLock as Acquired, LockVerdict as Verdict};
 // per request for no gain (the future is built once per request anyway).
 #[allow(clippy::large_enum_variant)]
 #[pin_project(project = StateProj)]
-enum State<S: Service<Request<ReqBody>>, ReqBody> {
+enum State<S: Service<Request<ReqBody>>, ReqBody, ResBody> {
     Acquiring {
         verdict: BoxFuture<'static, Verdict>,
         request: Option<Request<ReqBody>>,
@@ -28,6 +28,12 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
         future: S::Future,
         acquired: Option<Acquired>,
     },
+    /// The response is ready; the lock is being released before it goes out,
+    /// so a client that sends its next request at once finds the key free.
+    Releasing {
+        release: BoxFuture<'static, ()>,
+        response: Option<Response<ResBody>>,
+    },
     Done,
 }
 
@@ -35,26 +41,30 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
 /// calls the inner service, and releases the lock when the response is ready
 /// (or hands it to the body). Dropping it releases the lock at once.
 #[pin_project]
-pub struct ResponseFuture<S: Service<Request<ReqBody>>, ReqBody> {
+pub struct ResponseFuture<S: Service<Request<ReqBody>>, ReqBody, ResBody> {
     #[pin]
-    state: State<S, ReqBody>,
+    state: State<S, ReqBody, ResBody>,
     hold_body: bool,
     cancel_on_loss: bool,
+    timeout: std::time::Duration,
 }
 
-impl<S: Service<Request<ReqBody>>, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody> {
+impl<S: Service<Request<ReqBody>>, ReqBody, ResBody> std::fmt::Debug
+    for ResponseFuture<S, ReqBody, ResBody>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
-impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
+impl<S: Service<Request<ReqBody>>, ReqBody, ResBody> ResponseFuture<S, ReqBody, ResBody> {
     pub(super) fn new(
         verdict: BoxFuture<'static, Verdict>,
         request: Request<ReqBody>,
         inner: S,
         hold_body: bool,
         cancel_on_loss: bool,
+        timeout: std::time::Duration,
     ) -> Self {
         ResponseFuture {
             state: State::Acquiring {
@@ -64,11 +74,12 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
             },
             hold_body,
             cancel_on_loss,
+            timeout,
         }
     }
 }
 
-impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: From<Bytes>,
@@ -114,10 +125,41 @@ where
                             return Poll::Pending;
                         }
                     };
-                    let guard = acquired.take().map(|a| a.guard);
-                    let keep = if *this.hold_body { guard } else { None };
+                    match acquired.take() {
+                        Some(held) if *this.hold_body => {
+                            this.state.set(State::Done);
+                            let guard = Some(held.guard);
+                            return Poll::Ready(Ok(
+                                response.map(|body| GuardedBody::new(body, guard))
+                            ));
+                        }
+                        Some(held) => {
+                            // Bounded: a slow backend delays the response by at
+                            // most the decision timeout (the TTL covers the rest).
+                            let release =
+                                tokio::time::timeout(*this.timeout, (held.release)(held.guard));
+                            this.state.set(State::Releasing {
+                                release: Box::pin(async move {
+                                    let _ = release.await;
+                                }),
+                                response: Some(response),
+                            });
+                        }
+                        None => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(
+                                response.map(|body| GuardedBody::new(body, None))
+                            ));
+                        }
+                    }
+                }
+                StateProj::Releasing { release, response } => {
+                    ready!(release.as_mut().poll(cx));
+                    let Some(response) = response.take() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(response.map(|body| GuardedBody::new(body, keep))));
+                    return Poll::Ready(Ok(response.map(|body| GuardedBody::new(body, None))));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }

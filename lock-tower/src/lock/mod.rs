@@ -43,9 +43,17 @@ pub use self::service::LockService;
 pub struct HeldLock {
     pub(crate) guard: Held,
     pub(crate) lost: BoxFuture<'static, ()>,
+    /// Releases `guard` in the foreground.
+    pub(crate) release: fn(Held) -> BoxFuture<'static, ()>,
 }
 
 impl HeldLock {
+    /// Releases the lock now, in the foreground (dropping it releases in the
+    /// background instead).
+    pub async fn release(self) {
+        (self.release)(self.guard).await;
+    }
+
     /// Completes when the lock's lease is lost (renewal failed, or it was
     /// taken over): work that needs the lock should stop.
     pub async fn lost(&mut self) {

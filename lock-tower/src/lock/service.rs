@@ -3,6 +3,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http::header::RETRY_AFTER;
 use http::{HeaderValue, Request, Response, StatusCode};
 use lock_core::Error;
@@ -12,7 +13,7 @@ use tower::Service;
 use super::future::ResponseFuture;
 use super::layer::{LockLayer, Mode};
 use super::{HeldLock as Acquired, LockVerdict as Verdict};
-use crate::body::GuardedBody;
+use crate::body::{GuardedBody, Held};
 use crate::failure::{MissingKey, OnBackendFailure};
 use crate::headers::retry_after;
 use crate::key::{KeyExtractor, RequestParts};
@@ -71,7 +72,18 @@ fn held<BK: LockBackend>(guard: LockGuard<BK>) -> Acquired {
     Acquired {
         guard: Box::new(guard),
         lost,
+        release: release_guard::<BK>,
     }
+}
+
+fn release_guard<BK: LockBackend>(guard: Held) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        if let Ok(guard) = guard.downcast::<LockGuard<BK>>()
+            && let Err(error) = guard.release().await
+        {
+            tracing::warn!(%error, "lock release failed; it expires with its lease");
+        }
+    })
 }
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
@@ -187,7 +199,7 @@ where
 {
     type Response = Response<GuardedBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody>;
+    type Future = ResponseFuture<S, ReqBody, ResBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -210,6 +222,7 @@ where
             inner,
             self.config.hold_body,
             self.config.cancel_on_loss,
+            self.config.timeout,
         )
     }
 }
