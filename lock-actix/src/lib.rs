@@ -56,11 +56,11 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
-use lock_core::rate::{Decision, RateBackend};
+use lock_core::rate::RateBackend;
 use lock_tower::key::{KeyExtractor, RequestParts};
 use lock_tower::{
-    ConcurrencyLimitLayer, HeldLock, LockLayer, LockVerdict, RateLimitLayer, RateVerdict,
-    SharedLock, SharedRateLimit,
+    ConcurrencyLimitLayer, HandlerDecision, HeldLock, LockLayer, LockVerdict, RateLimitLayer,
+    RateVerdict, SharedLock, SharedRateLimit,
 };
 
 /// The parts of an actix request, in the `http` 1 types the key extractors
@@ -394,40 +394,24 @@ impl RouteRateLimit {
 
 /// The rate-limit decision, handed to the handler whatever it is (backend
 /// failures and missing keys are still answered per the layer's policies).
-#[derive(Clone)]
-pub struct RateDecision {
-    decision: Option<Decision>,
-    limit: RouteRateLimit,
-}
+/// Dereferences to [`HandlerDecision`] for `decision()` and `allowed()`.
+#[derive(Clone, Debug)]
+pub struct RateDecision(HandlerDecision);
 
-impl std::fmt::Debug for RateDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateDecision")
-            .field("decision", &self.decision)
-            .finish()
+impl std::ops::Deref for RateDecision {
+    type Target = HandlerDecision;
+    fn deref(&self) -> &HandlerDecision {
+        &self.0
     }
 }
 
 impl RateDecision {
-    /// The decision; `None` when the backend failed open or the request had
-    /// no key and passes through.
-    pub fn decision(&self) -> Option<&Decision> {
-        self.decision.as_ref()
-    }
-
-    /// Whether the request may go ahead.
-    pub fn allowed(&self) -> bool {
-        self.decision.as_ref().is_none_or(|d| d.allowed)
-    }
-
     /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields to a
     /// response of the handler's.
     pub fn with_headers(&self, mut response: HttpResponse) -> HttpResponse {
-        if let Some(decision) = &self.decision {
-            let mut headers = http::HeaderMap::new();
-            self.limit.0.apply_headers(&mut headers, decision);
-            copy_headers(&headers, response.headers_mut());
-        }
+        let mut headers = http::HeaderMap::new();
+        self.0.apply_headers(&mut headers);
+        copy_headers(&headers, response.headers_mut());
         response
     }
 }
@@ -443,13 +427,12 @@ impl FromRequest for RateDecision {
             let Some(limit) = limit else {
                 return Err(not_configured("RouteRateLimit app data"));
             };
-            let decision = match limit.0.decide(view.parts()).await {
-                RateVerdict::Allow(decision) => decision,
-                RateVerdict::Limited { decision, .. } => Some(decision),
-                RateVerdict::Respond(response) => return Err(Rejection(response)),
-                _ => return Err(not_configured("this rate verdict")),
-            };
-            Ok(RateDecision { decision, limit })
+            limit
+                .0
+                .decide_for_handler(view.parts(), false)
+                .await
+                .map(RateDecision)
+                .map_err(Rejection)
         })
     }
 }

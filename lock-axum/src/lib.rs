@@ -75,9 +75,9 @@ use bytes::Bytes;
 use http::StatusCode;
 use http::request::Parts;
 use lock_core::lock::LockBackend;
-use lock_core::rate::{Decision, RateBackend};
+use lock_core::rate::RateBackend;
 use lock_tower::key::{KeyExtractor, RequestParts};
-use lock_tower::{HeldLock, LockVerdict, RateVerdict, SharedLock, SharedRateLimit};
+use lock_tower::{HandlerDecision, HeldLock, LockVerdict, SharedLock, SharedRateLimit};
 
 pub use lock_tower::{
     ConcurrencyLimitLayer, LockLayer, Metrics, MissingKey, OnBackendFailure, RateLimitLayer, key,
@@ -167,42 +167,38 @@ impl RouteRateLimit {
 
 /// The rate-limit decision, handed to the handler whatever it is: the handler
 /// decides what to do with a refused request. (Backend failures and missing
-/// keys are still answered per the layer's policies.)
-#[derive(Clone)]
-pub struct RateDecision {
-    decision: Option<Decision>,
-    limit: RouteRateLimit,
-}
+/// keys are still answered per the layer's policies.) Dereferences to
+/// [`HandlerDecision`] for `decision()` and `allowed()`.
+#[derive(Clone, Debug)]
+pub struct RateDecision(HandlerDecision);
 
-impl std::fmt::Debug for RateDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateDecision")
-            .field("decision", &self.decision)
-            .finish()
+impl std::ops::Deref for RateDecision {
+    type Target = HandlerDecision;
+    fn deref(&self) -> &HandlerDecision {
+        &self.0
     }
 }
 
 impl RateDecision {
-    /// The decision; `None` when the backend failed open or the request had
-    /// no key and passes through.
-    pub fn decision(&self) -> Option<&Decision> {
-        self.decision.as_ref()
-    }
-
-    /// Whether the request may go ahead.
-    pub fn allowed(&self) -> bool {
-        self.decision.as_ref().is_none_or(|d| d.allowed)
-    }
-
     /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields to a
     /// response of the handler's.
     pub fn with_headers(&self, response: impl IntoResponse) -> Response {
         let mut response = response.into_response();
-        if let Some(decision) = &self.decision {
-            self.limit.0.apply_headers(response.headers_mut(), decision);
-        }
+        self.0.apply_headers(response.headers_mut());
         response
     }
+}
+
+async fn decide(
+    parts: &Parts,
+    limit: RouteRateLimit,
+    refuse_limited: bool,
+) -> Result<HandlerDecision, Rejection> {
+    limit
+        .0
+        .decide_for_handler(RequestParts::from_parts(parts), refuse_limited)
+        .await
+        .map_err(Rejection)
 }
 
 impl<S> FromRequestParts<S> for RateDecision
@@ -213,14 +209,9 @@ where
     type Rejection = Rejection;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let limit = RouteRateLimit::from_ref(state);
-        let decision = match limit.0.decide(parts_view(parts)).await {
-            RateVerdict::Allow(decision) => decision,
-            RateVerdict::Limited { decision, .. } => Some(decision),
-            RateVerdict::Respond(response) => return Err(Rejection(response)),
-            _ => return Err(Rejection(lock_unavailable())),
-        };
-        Ok(RateDecision { decision, limit })
+        decide(parts, RouteRateLimit::from_ref(state), false)
+            .await
+            .map(RateDecision)
     }
 }
 
@@ -237,13 +228,8 @@ where
     type Rejection = Rejection;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let limit = RouteRateLimit::from_ref(state);
-        match limit.0.decide(parts_view(parts)).await {
-            RateVerdict::Allow(decision) => Ok(RateLimited(RateDecision { decision, limit })),
-            RateVerdict::Limited { response, .. } | RateVerdict::Respond(response) => {
-                Err(Rejection(response))
-            }
-            _ => Err(Rejection(lock_unavailable())),
-        }
+        decide(parts, RouteRateLimit::from_ref(state), true)
+            .await
+            .map(|d| RateLimited(RateDecision(d)))
     }
 }

@@ -61,4 +61,4 @@ pub mod shared;
 pub use failure::{Metrics, MissingKey, OnBackendFailure};
 pub use lock::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, HeldLock, LockLayer, LockVerdict};
 pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer, RateVerdict};
-pub use shared::{SharedLock, SharedRateLimit};
+pub use shared::{HandlerDecision, SharedLock, SharedRateLimit};

@@ -112,3 +112,63 @@ impl std::fmt::Debug for SharedLock {
         f.debug_struct("SharedLock").finish_non_exhaustive()
     }
 }
+
+/// A rate-limit decision as the adapters hand it to handlers (whatever it
+/// is: the handler decides what to do with a refused request).
+#[derive(Clone)]
+pub struct HandlerDecision {
+    decision: Option<Decision>,
+    limit: SharedRateLimit,
+}
+
+impl std::fmt::Debug for HandlerDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerDecision")
+            .field("decision", &self.decision)
+            .finish()
+    }
+}
+
+impl HandlerDecision {
+    /// The decision; `None` when the backend failed open or the request had
+    /// no key and passes through.
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decision.as_ref()
+    }
+
+    /// Whether the request may go ahead.
+    pub fn allowed(&self) -> bool {
+        self.decision.as_ref().is_none_or(|d| d.allowed)
+    }
+
+    /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields of the
+    /// decision to `headers`.
+    pub fn apply_headers(&self, headers: &mut HeaderMap) {
+        if let Some(decision) = &self.decision {
+            self.limit.apply_headers(headers, decision);
+        }
+    }
+}
+
+impl SharedRateLimit {
+    /// Decides for a handler: `Ok` with the decision, allowed or not, when
+    /// the handler should see it (`refuse_limited` turns a refusal into the
+    /// layer's 429 instead); `Err` with the response to answer with when no
+    /// decision could be made (backend failed closed, no key).
+    pub async fn decide_for_handler(
+        &self,
+        parts: RequestParts<'_>,
+        refuse_limited: bool,
+    ) -> Result<HandlerDecision, http::Response<bytes::Bytes>> {
+        let decision = match self.decide(parts).await {
+            RateVerdict::Allow(decision) => decision,
+            RateVerdict::Limited { response, .. } if refuse_limited => return Err(response),
+            RateVerdict::Limited { decision, .. } => Some(decision),
+            RateVerdict::Respond(response) => return Err(response),
+        };
+        Ok(HandlerDecision {
+            decision,
+            limit: self.clone(),
+        })
+    }
+}
