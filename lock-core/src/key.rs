@@ -88,23 +88,37 @@ impl TryFrom<String> for Name {
     }
 }
 
-fn check_chars(s: &str, max: usize) -> Result<()> {
+pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
     if s.len() > max {
         return Err(Error::invalid_name(s, "too long"));
     }
-    if s.contains(['{', '}']) {
-        return Err(Error::invalid_name(
-            s,
-            "must not contain `{` or `}` (they delimit the cluster hash tag)",
-        ));
+    // One pass over the bytes. In UTF-8 the C0 controls and DEL are single
+    // bytes, and the C1 controls (U+0080..=U+009F) are 0xC2 followed by
+    // 0x80..=0x9F; 0xC2 is never a continuation byte, so this cannot
+    // misread the middle of another character.
+    let bytes = s.as_bytes();
+    // Fast path: printable ASCII below `{` (addresses, ids, paths).
+    if bytes.iter().all(|b| (b' '..b'{').contains(b)) {
+        return Ok(());
     }
-    if s.chars().any(char::is_control) {
-        return Err(Error::invalid_name(
-            s,
-            "must not contain control characters",
-        ));
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'{' | b'}' => {
+                return Err(Error::invalid_name(
+                    s,
+                    "must not contain `{` or `}` (they delimit the cluster hash tag)",
+                ));
+            }
+            0..=0x1f | 0x7f => return Err(control(s)),
+            0xc2 if matches!(bytes.get(i + 1), Some(0x80..=0x9f)) => return Err(control(s)),
+            _ => {}
+        }
     }
     Ok(())
+}
+
+fn control(s: &str) -> Error {
+    Error::invalid_name(s, "must not contain control characters")
 }
 
 /// A key prefix; builds the hash-tagged keys of every primitive.
@@ -139,6 +153,21 @@ impl KeySpace {
         key.push_str(&self.prefix);
         key.push('{');
         key.push_str(name.as_str());
+        key.push_str("}:");
+        key.push_str(suffix);
+        key
+    }
+
+    /// `<prefix>{<scope>:<name>}:<suffix>`: the key of a scoped name, built
+    /// without making the scoped [`Name`] first.
+    pub(crate) fn scoped_key(&self, scope: &str, name: &str, suffix: &str) -> String {
+        let mut key =
+            String::with_capacity(self.prefix.len() + scope.len() + name.len() + suffix.len() + 4);
+        key.push_str(&self.prefix);
+        key.push('{');
+        key.push_str(scope);
+        key.push(':');
+        key.push_str(name);
         key.push_str("}:");
         key.push_str(suffix);
         key

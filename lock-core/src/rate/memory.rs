@@ -2,12 +2,13 @@
 //! scripts, on a monotonic clock. Idle keys expire; the number of live keys is
 //! capped, so memory stays flat under a stream of distinct keys.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use super::redis::gcra_interval_us;
-use super::{Algorithm, Decision, MAX_QUOTAS, Policy, RateBackend, decision};
+use arrayvec::ArrayVec;
+use hashbrown::HashTable;
+
+use super::{Algorithm, Decision, MAX_QUOTAS, Policy, RateBackend, RateKey, decision};
 use crate::backend::MemoryBackend;
 use crate::error::Result;
 use crate::key::Name;
@@ -29,12 +30,46 @@ struct Entry {
     expires_us: u64,
 }
 
-/// A quota's state is keyed by the limited name and the quota's suffix.
-type Key = (Name, Arc<str>);
+/// A quota's state is keyed by the limiter's scope, the caller's key and the
+/// quota's suffix. Only a new key allocates (its text); lookups hash and
+/// compare a borrowed [`Probe`], once per quota and decision.
+struct Key {
+    scope: Name,
+    key: Box<str>,
+    suffix: Arc<str>,
+}
 
-/// Keys come from clients (IP addresses, user ids): the hasher is keyed at
-/// random, like std's, but faster.
-type Entries = HashMap<Key, Entry, ahash::RandomState>;
+impl Key {
+    fn probe(&self) -> Probe<'_> {
+        Probe {
+            scope: self.scope.as_str(),
+            key: &self.key,
+            suffix: &self.suffix,
+        }
+    }
+}
+
+#[derive(Hash, Clone, Copy)]
+struct Probe<'a> {
+    scope: &'a str,
+    key: &'a str,
+    suffix: &'a str,
+}
+
+impl Probe<'_> {
+    fn matches(&self, stored: &Key) -> bool {
+        // The scope and suffix usually are the very strings stored (the
+        // limiter's own), so comparing addresses first skips most compares.
+        fn same(a: &str, b: &str) -> bool {
+            std::ptr::eq(a, b) || a == b
+        }
+        self.key == &*stored.key
+            && same(self.scope, stored.scope.as_str())
+            && same(self.suffix, &stored.suffix)
+    }
+}
+
+type Entries = HashTable<(Key, Entry)>;
 
 #[derive(Default)]
 struct Map {
@@ -45,9 +80,14 @@ struct Map {
 /// Rate-limit state of one [`MemoryBackend`].
 pub(crate) struct RateTable {
     map: Mutex<Map>,
+    /// Keys come from clients (IP addresses, user ids): the hasher is keyed
+    /// at random, like std's, but faster.
+    hasher: ahash::RandomState,
     base: Instant,
     max_keys: usize,
 }
+
+type PerQuota<T> = ArrayVec<T, MAX_QUOTAS>;
 
 /// Default cap on live rate-limit keys per memory backend.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
@@ -71,6 +111,7 @@ impl RateTable {
     pub(crate) fn new(max_keys: usize) -> Self {
         RateTable {
             map: Mutex::new(Map::default()),
+            hasher: ahash::RandomState::new(),
             base: Instant::now(),
             max_keys: max_keys.max(1),
         }
@@ -90,40 +131,57 @@ impl RateTable {
             .len()
     }
 
-    fn check(&self, name: &Name, policy: &Policy, cost: u32) -> Decision {
+    fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Decision {
+        // Hashes are computed once, before the lock is taken.
+        let mut probes: PerQuota<(Probe<'_>, u64)> = PerQuota::new();
+        for suffix in policy.suffixes() {
+            let probe = Probe {
+                scope: key.scope().as_str(),
+                key: key.key(),
+                suffix,
+            };
+            probes.push((probe, self.hasher.hash_one(probe)));
+        }
+        let rehash = |(stored, _): &(Key, Entry)| self.hasher.hash_one(stored.probe());
         let now = self.now_us();
-        let key = |suffix: &Arc<str>| -> Key { (name.clone(), suffix.clone()) };
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.ops += 1;
         if map.ops.is_multiple_of(SWEEP_EVERY) {
-            map.entries.retain(|_, e| e.expires_us > now);
+            map.entries.retain(|(_, e)| e.expires_us > now);
         }
-        // Fixed-size buffers: a decision allocates nothing here.
-        let mut buffer = [None; MAX_QUOTAS];
-        for (slot, suffix) in buffer.iter_mut().zip(policy.suffixes()) {
-            *slot = map
-                .entries
-                .get(&key(suffix))
-                .filter(|e| e.expires_us > now)
-                .map(|e| (e.slot, e.expires_us));
+        let mut slots: PerQuota<Option<(Slot, u64)>> = PerQuota::new();
+        for (probe, hash) in &probes {
+            let found = map.entries.find(*hash, |(stored, _)| probe.matches(stored));
+            slots.push(
+                found
+                    .filter(|(_, e)| e.expires_us > now)
+                    .map(|(_, e)| (e.slot, e.expires_us)),
+            );
         }
-        let slots = &buffer[..policy.quotas().len()];
         let cost = u64::from(cost);
-        let (raw, writes) = match policy.algorithm() {
-            Algorithm::FixedWindow => fixed_window(policy, slots, cost, now),
-            Algorithm::SlidingWindow => sliding_window(policy, slots, cost, now),
-            Algorithm::Gcra => gcra(policy, slots, cost, now),
+        let mut writes = PerQuota::new();
+        let raw = match policy.algorithm() {
+            Algorithm::FixedWindow => fixed_window(policy, &slots, cost, now, &mut writes),
+            Algorithm::SlidingWindow => sliding_window(policy, &slots, cost, now, &mut writes),
+            Algorithm::Gcra => gcra(policy, &slots, cost, now, &mut writes),
         };
-        for (suffix, entry) in policy.suffixes().iter().zip(writes) {
+        for (((probe, hash), suffix), entry) in probes.iter().zip(policy.suffixes()).zip(writes) {
             let Some(entry) = entry else { continue };
-            let key = key(suffix);
-            match map.entries.get_mut(&key) {
-                Some(existing) => *existing = entry,
+            match map
+                .entries
+                .find_mut(*hash, |(stored, _)| probe.matches(stored))
+            {
+                Some((_, existing)) => *existing = entry,
                 None => {
                     if map.entries.len() >= self.max_keys {
                         evict(&mut map.entries, now, self.max_keys);
                     }
-                    map.entries.insert(key, entry);
+                    let stored = Key {
+                        scope: key.scope().clone(),
+                        key: key.key().into(),
+                        suffix: suffix.clone(),
+                    };
+                    map.entries.insert_unique(*hash, (stored, entry), rehash);
                 }
             }
         }
@@ -142,11 +200,11 @@ impl RateTable {
 /// Drops expired entries; if the map is still full, drops arbitrary entries
 /// down to 7/8 of the cap (those limits start afresh).
 fn evict(entries: &mut Entries, now: u64, max: usize) {
-    entries.retain(|_, e| e.expires_us > now);
+    entries.retain(|(_, e)| e.expires_us > now);
     if entries.len() >= max {
         let mut excess = entries.len() - max * 7 / 8;
         tracing::debug!(excess, "rate-limit key cap reached, evicting live keys");
-        entries.retain(|_, _| {
+        entries.retain(|_| {
             if excess > 0 {
                 excess -= 1;
                 false
@@ -157,16 +215,18 @@ fn evict(entries: &mut Entries, now: u64, max: usize) {
     }
 }
 
-type Writes = [Option<Entry>; MAX_QUOTAS];
+/// The entry to store for each quota, in order (`None`: leave it).
+type Writes = PerQuota<Option<Entry>>;
 
 fn fixed_window(
     policy: &Policy,
     slots: &[Option<(Slot, u64)>],
     cost: u64,
     now: u64,
-) -> (Raw, Writes) {
+    writes: &mut Writes,
+) -> Raw {
     let quotas = policy.quotas();
-    let mut state = Vec::with_capacity(quotas.len());
+    let mut state = PerQuota::new();
     let mut allowed = true;
     for (quota, slot) in quotas.iter().zip(slots) {
         let period = quota.period_ms() * 1000;
@@ -180,27 +240,25 @@ fn fixed_window(
     // Redis TTLs are whole milliseconds.
     let ms = |us: u64| us.div_ceil(1000) * 1000;
     if allowed {
-        let mut writes = [None; MAX_QUOTAS];
-        for (s, write) in state.iter_mut().zip(writes.iter_mut()) {
-            if cost > 0 {
-                // A new counter expires one period from now; an existing one keeps its TTL.
+        for s in state.iter_mut() {
+            // A new counter expires one period from now; an existing one keeps its TTL.
+            writes.push((cost > 0).then(|| {
                 s.1 += cost;
-                *write = Some(Entry {
+                Entry {
                     slot: Slot::Count(s.1),
                     expires_us: now + s.2,
-                });
-            }
+                }
+            }));
         }
         let best = argmin(state.iter().map(|s| s.0 as f64 - s.1 as f64));
         let (limit, count, ttl) = state[best];
-        let raw = Raw {
+        Raw {
             allowed,
             index: best,
             remaining: limit - count,
             reset_us: ms(ttl),
             retry_us: 0,
-        };
-        (raw, writes)
+        }
     } else {
         let best = argmax(
             state
@@ -208,14 +266,13 @@ fn fixed_window(
                 .map(|s| if s.1 + cost > s.0 { s.2 as f64 } else { -1.0 }),
         );
         let (limit, count, ttl) = state[best];
-        let raw = Raw {
+        Raw {
             allowed,
             index: best,
             remaining: limit.saturating_sub(count),
             reset_us: ms(ttl),
             retry_us: ms(ttl),
-        };
-        (raw, [None; MAX_QUOTAS])
+        }
     }
 }
 
@@ -235,10 +292,11 @@ fn sliding_window(
     slots: &[Option<(Slot, u64)>],
     cost: u64,
     now_us: u64,
-) -> (Raw, Writes) {
+    writes: &mut Writes,
+) -> Raw {
     let now = now_us / 1000;
     let quotas = policy.quotas();
-    let mut state = Vec::with_capacity(quotas.len());
+    let mut state = PerQuota::new();
     let mut allowed = true;
     for (quota, slot) in quotas.iter().zip(slots) {
         let period = quota.period_ms();
@@ -286,21 +344,20 @@ fn sliding_window(
             retry,
         });
     }
-    let mut writes: Writes = [None; MAX_QUOTAS];
     let best = if allowed {
-        for (s, write) in state.iter_mut().zip(writes.iter_mut()) {
-            if cost > 0 {
+        for s in state.iter_mut() {
+            writes.push((cost > 0).then(|| {
                 s.current += cost;
                 s.estimate += cost as f64;
-                *write = Some(Entry {
+                Entry {
                     slot: Slot::Sliding {
                         window: s.window,
                         current: s.current,
                         previous: s.previous,
                     },
                     expires_us: now_us + 2 * s.period * 1000,
-                });
-            }
+                }
+            }));
         }
         argmin(state.iter().map(|s| s.limit - s.estimate))
     } else {
@@ -319,22 +376,26 @@ fn sliding_window(
     } else {
         0
     };
-    let raw = Raw {
+    Raw {
         allowed,
         index: best,
         remaining,
         reset_us: reset * 1000,
         retry_us: s.retry * 1000,
-    };
-    (raw, writes)
+    }
 }
 
-fn gcra(policy: &Policy, slots: &[Option<(Slot, u64)>], cost: u64, now: u64) -> (Raw, Writes) {
+fn gcra(
+    policy: &Policy,
+    slots: &[Option<(Slot, u64)>],
+    cost: u64,
+    now: u64,
+    writes: &mut Writes,
+) -> Raw {
     let quotas = policy.quotas();
     let mut allowed = true;
-    let mut state = Vec::with_capacity(quotas.len());
-    for (quota, slot) in quotas.iter().zip(slots) {
-        let interval = gcra_interval_us(quota.limit(), quota.period_ms() * 1000);
+    let mut state = PerQuota::new();
+    for ((quota, slot), &interval) in quotas.iter().zip(slots).zip(policy.gcra_intervals()) {
         let window = interval * u64::from(quota.limit());
         let tat = match slot {
             Some((Slot::Tat(t), _)) => (*t).max(now),
@@ -345,18 +406,15 @@ fn gcra(policy: &Policy, slots: &[Option<(Slot, u64)>], cost: u64, now: u64) -> 
         allowed &= retry == 0;
         state.push((interval, window, tat, new_tat, retry));
     }
-    let mut writes: Writes = [None; MAX_QUOTAS];
     let best = if allowed {
-        for (s, write) in state.iter_mut().zip(writes.iter_mut()) {
-            if cost > 0 {
-                *write = Some(Entry {
-                    slot: Slot::Tat(s.3),
-                    expires_us: s.3,
-                });
-            }
+        for s in state.iter_mut() {
+            writes.push((cost > 0).then_some(Entry {
+                slot: Slot::Tat(s.3),
+                expires_us: s.3,
+            }));
             s.2 = s.3;
         }
-        argmin(state.iter().map(|s| ((now + s.1 - s.2) / s.0) as f64))
+        argmin(state.iter().map(|s| (now + s.1 - s.2) as f64 / s.0 as f64))
     } else {
         argmax(
             state
@@ -365,18 +423,20 @@ fn gcra(policy: &Policy, slots: &[Option<(Slot, u64)>], cost: u64, now: u64) -> 
         )
     };
     let (interval, window, tat, _, retry) = state[best];
-    let raw = Raw {
+    Raw {
         allowed,
         index: best,
         remaining: (now + window).saturating_sub(tat) / interval,
         reset_us: tat - now,
         retry_us: retry,
-    };
-    (raw, writes)
+    }
 }
 
 /// Index of the first smallest value.
-fn argmin(values: impl Iterator<Item = f64>) -> usize {
+fn argmin(values: impl ExactSizeIterator<Item = f64>) -> usize {
+    if values.len() == 1 {
+        return 0;
+    }
     let mut best = (0, f64::INFINITY);
     for (i, v) in values.enumerate() {
         if v < best.1 {
@@ -387,17 +447,17 @@ fn argmin(values: impl Iterator<Item = f64>) -> usize {
 }
 
 /// Index of the first largest value.
-fn argmax(values: impl Iterator<Item = f64>) -> usize {
+fn argmax(values: impl ExactSizeIterator<Item = f64>) -> usize {
     argmin(values.map(|v| -v))
 }
 
 impl RateBackend for MemoryBackend {
-    async fn check(&self, name: &Name, policy: &Policy, cost: u32) -> Result<Decision> {
-        Ok(self.inner.rates.check(name, policy, cost))
+    async fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Result<Decision> {
+        Ok(self.inner.rates.check(key, policy, cost))
     }
 
-    fn check_now(&self, name: &Name, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
-        Some(Ok(self.inner.rates.check(name, policy, cost)))
+    fn check_now(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
+        Some(Ok(self.inner.rates.check(key, policy, cost)))
     }
 }
 
@@ -412,9 +472,11 @@ mod tests {
         let table = RateTable::new(1000);
         let policy =
             Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(10).unwrap()));
+        let scope = Name::new("scope").unwrap();
         for i in 0..10_000 {
-            let name = Name::new(format!("k{i}")).unwrap();
-            assert!(table.check(&name, &policy, 1).allowed);
+            let key = format!("k{i}");
+            let key = RateKey::new(&scope, &key).unwrap();
+            assert!(table.check(key, &policy, 1).allowed);
         }
         assert!(table.len() <= 1000, "{} live keys", table.len());
     }

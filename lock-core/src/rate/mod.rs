@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::quota::{Algorithm, MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
-use crate::error::Result;
-use crate::key::Name;
+use crate::error::{Error, Result};
+use crate::key::{MAX_NAME_LEN, Name, check_chars};
 
 /// The answer to "may this go ahead?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,16 +63,64 @@ pub struct Decision {
     pub quota_index: usize,
 }
 
+/// What one decision is about: a limiter's scope and a caller's key (an IP
+/// address, a user id), both validated. Backends store the pair as
+/// `<scope>:<key>`, so it is limited like a [`Name`]: at most
+/// [`MAX_NAME_LEN`] bytes in all, no braces, no control characters.
+///
+/// ```
+/// use lock_core::key::Name;
+/// use lock_core::rate::RateKey;
+///
+/// let scope = Name::new("api").unwrap();
+/// let key = RateKey::new(&scope, "10.0.0.1").unwrap();
+/// assert_eq!((key.scope().as_str(), key.key()), ("api", "10.0.0.1"));
+/// assert!(RateKey::new(&scope, "").is_err());
+/// assert!(RateKey::new(&scope, "a{b}").is_err());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct RateKey<'a> {
+    scope: &'a Name,
+    key: &'a str,
+}
+
+impl<'a> RateKey<'a> {
+    /// Validates `key` under `scope`, without allocating.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] when `key` is empty, when `<scope>:<key>` is
+    /// longer than [`MAX_NAME_LEN`] bytes, or when `key` contains `{`, `}`
+    /// or a control character.
+    pub fn new(scope: &'a Name, key: &'a str) -> Result<Self> {
+        if key.is_empty() {
+            return Err(Error::invalid_name(key, "must not be empty"));
+        }
+        let room = MAX_NAME_LEN.saturating_sub(scope.as_str().len() + 1);
+        check_chars(key, room)?;
+        Ok(RateKey { scope, key })
+    }
+
+    /// The limiter's scope.
+    pub fn scope(&self) -> &'a Name {
+        self.scope
+    }
+
+    /// The caller's key.
+    pub fn key(&self) -> &'a str {
+        self.key
+    }
+}
+
 /// A store that can run rate-limit decisions. Implemented by
 /// [`RedisBackend`](crate::backend::RedisBackend) and
 /// [`MemoryBackend`](crate::backend::MemoryBackend).
 pub trait RateBackend: Clone + Send + Sync + 'static {
-    /// Checks `name` against every quota of `policy` at once, consuming `cost`
+    /// Checks `key` against every quota of `policy` at once, consuming `cost`
     /// from all of them only if all allow it. `policy` is valid and `cost` is
     /// at most its smallest limit.
     fn check(
         &self,
-        name: &Name,
+        key: RateKey<'_>,
         policy: &Policy,
         cost: u32,
     ) -> impl Future<Output = Result<Decision>> + Send;
@@ -80,8 +128,8 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
     /// Decides at once when the backend can do so without waiting (the
     /// in-memory backend); `None` otherwise (the default). Lets middleware
     /// skip the asynchronous machinery on the hot path.
-    fn check_now(&self, name: &Name, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
-        let _ = (name, policy, cost);
+    fn check_now(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
+        let _ = (key, policy, cost);
         None
     }
 }
@@ -99,8 +147,8 @@ impl<B: RateBackend> RateLimiter<B> {
     /// A limiter named `scope` enforcing `policy`.
     ///
     /// # Errors
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad scope;
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a policy
+    /// [`Error::InvalidName`] for a bad scope;
+    /// [`Error::InvalidArgument`] for a policy
     /// with no quota, more than [`MAX_QUOTAS`], or a GCRA quota finer than one
     /// unit per microsecond.
     pub fn new(backend: B, scope: impl AsRef<str>, policy: Policy) -> Result<Self> {
@@ -125,7 +173,7 @@ impl<B: RateBackend> RateLimiter<B> {
     /// Checks one unit of cost for `key`.
     ///
     /// # Errors
-    /// [`Error::InvalidName`](crate::Error::InvalidName) for an empty, oversized
+    /// [`Error::InvalidName`] for an empty, oversized
     /// or braced key; backend failures.
     pub async fn check(&self, key: &str) -> Result<Decision> {
         self.check_cost(key, 1).await
@@ -137,8 +185,8 @@ impl<B: RateBackend> RateLimiter<B> {
         if let Err(e) = self.policy.check_cost(cost) {
             return Some(Err(e));
         }
-        match quota::scoped_name(self.scope.as_str(), key) {
-            Ok(name) => self.backend.check_now(&name, &self.policy, cost),
+        match RateKey::new(&self.scope, key) {
+            Ok(key) => self.backend.check_now(key, &self.policy, cost),
             Err(e) => Some(Err(e)),
         }
     }
@@ -147,12 +195,12 @@ impl<B: RateBackend> RateLimiter<B> {
     ///
     /// # Errors
     /// As [`check`](Self::check), and
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `cost`
+    /// [`Error::InvalidArgument`] when `cost`
     /// exceeds the smallest limit (such a call could never be allowed).
     pub async fn check_cost(&self, key: &str, cost: u32) -> Result<Decision> {
         self.policy.check_cost(cost)?;
-        let name = quota::scoped_name(self.scope.as_str(), key)?;
-        self.backend.check(&name, &self.policy, cost).await
+        let key = RateKey::new(&self.scope, key)?;
+        self.backend.check(key, &self.policy, cost).await
     }
 }
 

@@ -4,8 +4,8 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::redis::gcra_interval_us;
 use crate::error::{Error, Result};
-use crate::key::Name;
 
 /// "`limit` per `period`": at most `limit` units of cost in any period (the
 /// burst), replenished over the period. Invalid quotas cannot be built: the
@@ -141,6 +141,8 @@ pub struct Policy {
     quotas: Vec<Quota>,
     /// Key suffix of each quota, built once.
     suffixes: Vec<Arc<str>>,
+    /// GCRA emission interval of each quota, in microseconds.
+    gcra_intervals: Vec<u64>,
 }
 
 /// Most quotas in one policy.
@@ -153,6 +155,7 @@ impl Policy {
             algorithm,
             quotas: Vec::new(),
             suffixes: Vec::new(),
+            gcra_intervals: Vec::new(),
         }
     }
 
@@ -165,6 +168,8 @@ impl Policy {
             quota.period_ms()
         );
         self.suffixes.push(Arc::from(suffix));
+        self.gcra_intervals
+            .push(gcra_interval_us(quota.limit(), quota.period_ms() * 1000));
         self.quotas.push(quota);
         self
     }
@@ -213,6 +218,10 @@ impl Policy {
         &self.suffixes
     }
 
+    pub(crate) fn gcra_intervals(&self) -> &[u64] {
+        &self.gcra_intervals
+    }
+
     pub(crate) fn check_cost(&self, cost: u32) -> Result<()> {
         if cost > self.max_cost() {
             return Err(Error::invalid_argument(
@@ -222,18 +231,6 @@ impl Policy {
         }
         Ok(())
     }
-}
-
-/// Builds the name a limiter's keys hang on: `<scope>:<key>`.
-pub(crate) fn scoped_name(scope: &str, key: &str) -> Result<Name> {
-    if key.is_empty() {
-        return Err(Error::invalid_name(key, "must not be empty"));
-    }
-    let mut name = String::with_capacity(scope.len() + 1 + key.len());
-    name.push_str(scope);
-    name.push(':');
-    name.push_str(key);
-    Name::new(name)
 }
 
 #[cfg(test)]

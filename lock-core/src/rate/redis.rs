@@ -5,10 +5,9 @@ use std::sync::LazyLock;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::{Algorithm, Decision, Policy, RateBackend, decision};
+use super::{Algorithm, Decision, Policy, RateBackend, RateKey, decision};
 use crate::backend::RedisBackend;
 use crate::error::{Error, Result};
-use crate::key::Name;
 
 static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
@@ -26,7 +25,7 @@ impl<C> RateBackend for RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn check(&self, name: &Name, policy: &Policy, cost: u32) -> Result<Decision> {
+    async fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Result<Decision> {
         let script = match policy.algorithm() {
             Algorithm::FixedWindow => &*FIXED_WINDOW,
             Algorithm::SlidingWindow => &*SLIDING_WINDOW,
@@ -34,12 +33,14 @@ where
         };
         let mut invocation = script.prepare_invoke();
         invocation.arg(cost);
-        for (quota, suffix) in policy.quotas().iter().zip(policy.suffixes()) {
-            invocation.key(self.key(name, suffix));
+        let params = policy.quotas().iter().zip(policy.gcra_intervals());
+        for ((quota, &interval), suffix) in params.zip(policy.suffixes()) {
+            invocation.key(
+                self.keyspace()
+                    .scoped_key(key.scope().as_str(), key.key(), suffix),
+            );
             match policy.algorithm() {
                 Algorithm::Gcra => {
-                    let period_us = quota.period_ms() * 1000;
-                    let interval = gcra_interval_us(quota.limit(), period_us);
                     invocation
                         .arg(interval)
                         .arg(interval * u64::from(quota.limit()));
