@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use lock_core::rate::{Decision, Policy, Quota};
@@ -94,8 +95,15 @@ pub fn apply(
     let name = labels
         .get(decision.quota_index)
         .map_or("\"default\"", String::as_str);
-    let value = format!("{name};r={};t={reset}", decision.remaining);
-    if let Ok(value) = HeaderValue::from_str(&value) {
+    // `<name>;r=<remaining>;t=<reset>`, built in one exactly sized buffer
+    // that becomes the header value without a copy.
+    let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (r, t) = (r.format(decision.remaining), t.format(reset));
+    let mut value = Vec::with_capacity(name.len() + r.len() + t.len() + 6);
+    for part in [name, ";r=", r, ";t=", t] {
+        value.extend_from_slice(part.as_bytes());
+    }
+    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
         headers.insert(RATELIMIT.clone(), value);
     }
     headers.insert(RATELIMIT_POLICY.clone(), policy_value.clone());
@@ -128,6 +136,30 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
         assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
         assert_eq!(retry_after(Duration::ZERO), HeaderValue::from(1));
+    }
+
+    #[test]
+    fn ratelimit_field_carries_remaining_and_reset() {
+        let policy = Policy::new(lock_core::rate::Algorithm::Gcra)
+            .quota(Quota::per_minute(NonZeroU32::new(10).unwrap()));
+        let limiter = lock_core::rate::RateLimiter::new(
+            lock_core::backend::MemoryBackend::new(),
+            "h",
+            policy.clone(),
+        )
+        .unwrap();
+        let decision = limiter.check_cost_now("k", 3).unwrap().unwrap();
+        let mut headers = HeaderMap::new();
+        apply(
+            &mut headers,
+            &quota_labels(&policy),
+            &policy_value(&policy),
+            &decision,
+            false,
+        );
+        assert_eq!(headers[&RATELIMIT], "\"default\";r=7;t=18");
+        assert_eq!(headers[&RATELIMIT_POLICY], "\"default\";q=10;w=60");
+        assert!(headers.get(RETRY_AFTER).is_none());
     }
 
     #[test]

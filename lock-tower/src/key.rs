@@ -88,6 +88,21 @@ impl<'a> RequestParts<'a> {
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The key of the request.
     fn extract(&self, request: RequestParts<'_>) -> Option<String>;
+
+    /// Calls `f` with the key of the request. The middleware uses this, so
+    /// an extractor that can lend its key without allocating (a header, the
+    /// path, a constant, an IP address formatted on the stack) should
+    /// override it; the default calls [`extract`](Self::extract).
+    ///
+    /// ```
+    /// use lock_tower::key::{KeyExtractor, PathKey, RequestParts};
+    /// let request = http::Request::get("/orders/7").body(()).unwrap();
+    /// let len = PathKey.with_key(RequestParts::new(&request), |key| key.map(str::len));
+    /// assert_eq!(len, Some(9));
+    /// ```
+    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(self.extract(request).as_deref())
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -99,23 +114,78 @@ where
     }
 }
 
-/// Groups IPv6 addresses by prefix (one customer usually owns a whole /64),
-/// and turns an IPv4-mapped IPv6 address back into IPv4.
-fn ip_key(ip: IpAddr, v6_prefix: u8) -> String {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let bits = u128::from(v6);
-                let mask = if v6_prefix == 0 {
+/// The key of an IP address, formatted on the stack: IPv6 addresses grouped
+/// by prefix (one customer usually owns a whole /64), IPv4-mapped IPv6
+/// addresses turned back into IPv4.
+struct IpKey {
+    // The longest key is `ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128`.
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl IpKey {
+    fn new(ip: IpAddr, v6_prefix: u8) -> Self {
+        let mut key = IpKey {
+            buf: [0; 48],
+            len: 0,
+        };
+        let v4 = match ip {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+        };
+        match (v4, ip) {
+            (Some(v4), _) => {
+                // Dotted quad by hand: `Display` for `Ipv4Addr` goes through
+                // the formatting machinery four times.
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        key.push(b'.');
+                    }
+                    if octet >= 100 {
+                        key.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        key.push(b'0' + octet / 10 % 10);
+                    }
+                    key.push(b'0' + octet % 10);
+                }
+            }
+            (None, IpAddr::V6(v6)) => {
+                let prefix = v6_prefix.min(128);
+                let mask = if prefix == 0 {
                     0
                 } else {
-                    u128::MAX << (128 - u32::from(v6_prefix.min(128)))
+                    u128::MAX << (128 - u32::from(prefix))
                 };
-                format!("{}/{}", Ipv6Addr::from(bits & mask), v6_prefix.min(128))
+                let grouped = Ipv6Addr::from(u128::from(v6) & mask);
+                // Cannot fail: the buffer holds the longest form.
+                let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{grouped}/{prefix}"));
             }
-        },
-        IpAddr::V4(v4) => v4.to_string(),
+            (None, IpAddr::V4(_)) => unreachable!("IPv4 is handled above"),
+        }
+        key
+    }
+
+    fn push(&mut self, byte: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = byte;
+            self.len += 1;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII is ever written.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Write for IpKey {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -152,7 +222,14 @@ impl PeerIp {
 
 impl KeyExtractor for PeerIp {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        Some(ip_key(request.peer_addr()?.ip(), self.v6_prefix))
+        self.with_key(request, |key| key.map(str::to_owned))
+    }
+
+    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
+        match request.peer_addr() {
+            Some(peer) => f(Some(IpKey::new(peer.ip(), self.v6_prefix).as_str())),
+            None => f(None),
+        }
     }
 }
 
@@ -216,7 +293,7 @@ impl ClientIp {
     }
 
     /// The hops in the forwarding header, left (client) to right (last proxy).
-    fn hops(&self, headers: &HeaderMap) -> Vec<String> {
+    fn hops<'h>(&self, headers: &'h HeaderMap) -> Vec<&'h str> {
         let name: HeaderName = match self.header {
             ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
             ForwardedHeader::Forwarded => FORWARDED,
@@ -224,17 +301,17 @@ impl ClientIp {
         let mut hops = Vec::new();
         for value in headers.get_all(&name) {
             let Ok(value) = value.to_str() else {
-                hops.push(String::new());
+                hops.push("");
                 continue;
             };
             for element in value.split(',') {
                 let hop = match self.header {
-                    ForwardedHeader::XForwardedFor => element.trim().to_owned(),
+                    ForwardedHeader::XForwardedFor => element.trim(),
                     ForwardedHeader::Forwarded => element
                         .split(';')
                         .filter_map(|pair| pair.trim().split_once('='))
                         .find(|(k, _)| k.trim().eq_ignore_ascii_case("for"))
-                        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+                        .map(|(_, v)| v.trim().trim_matches('"'))
                         .unwrap_or_default(),
                 };
                 hops.push(hop);
@@ -257,11 +334,11 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
         .and_then(|(ip, _)| ip.parse().ok())
 }
 
-impl KeyExtractor for ClientIp {
-    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+impl ClientIp {
+    fn client(&self, request: RequestParts<'_>) -> Option<IpAddr> {
         let peer = request.peer_addr()?.ip();
         if !self.is_trusted(peer) {
-            return Some(ip_key(peer, self.v6_prefix));
+            return Some(peer);
         }
         let hops = self.hops(request.headers);
         let mut client = peer;
@@ -274,7 +351,20 @@ impl KeyExtractor for ClientIp {
                 break;
             }
         }
-        Some(ip_key(client, self.v6_prefix))
+        Some(client)
+    }
+}
+
+impl KeyExtractor for ClientIp {
+    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
+        self.with_key(request, |key| key.map(str::to_owned))
+    }
+
+    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
+        match self.client(request) {
+            Some(ip) => f(Some(IpKey::new(ip, self.v6_prefix).as_str())),
+            None => f(None),
+        }
     }
 }
 
@@ -289,10 +379,20 @@ impl HeaderKey {
     }
 }
 
+impl HeaderKey {
+    fn value<'r>(&self, request: RequestParts<'r>) -> Option<&'r str> {
+        let value = request.headers.get(&self.0)?.to_str().ok()?;
+        (!value.is_empty()).then_some(value)
+    }
+}
+
 impl KeyExtractor for HeaderKey {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        let value = request.headers.get(&self.0)?.to_str().ok()?;
-        (!value.is_empty()).then(|| value.to_owned())
+        self.value(request).map(str::to_owned)
+    }
+
+    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(self.value(request))
     }
 }
 
@@ -303,6 +403,10 @@ pub struct PathKey;
 impl KeyExtractor for PathKey {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
         Some(request.uri.path().to_owned())
+    }
+
+    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(Some(request.uri.path()))
     }
 }
 
@@ -331,6 +435,10 @@ impl Default for GlobalKey {
 impl KeyExtractor for GlobalKey {
     fn extract(&self, _request: RequestParts<'_>) -> Option<String> {
         Some(self.0.to_string())
+    }
+
+    fn with_key<R>(&self, _request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(Some(&self.0))
     }
 }
 
@@ -428,6 +536,50 @@ mod tests {
         );
         let mapped = request("[::ffff:192.0.2.1]:1", &[]);
         assert_eq!(key(&mapped).as_deref(), Some("192.0.2.1"));
+    }
+
+    #[test]
+    fn ip_keys_match_std_formatting() {
+        let mut addresses: Vec<IpAddr> = ["0.0.0.0", "9.10.99.100", "255.255.255.255", "::"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        for i in 0..=255u8 {
+            addresses.push(IpAddr::from([i, i.wrapping_mul(7), 200, i / 3]));
+        }
+        for ip in addresses {
+            let expected = match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(_) => "::/64".to_owned(),
+            };
+            assert_eq!(IpKey::new(ip, 64).as_str(), expected);
+        }
+        let longest: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        assert_eq!(
+            IpKey::new(longest, 128).as_str(),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"
+        );
+    }
+
+    #[test]
+    fn lent_keys_equal_extracted_keys() {
+        let req = request(
+            "10.0.0.2:5000",
+            &[("x-forwarded-for", "198.51.100.7"), ("x-api-key", "k1")],
+        );
+        let parts = RequestParts::new(&req);
+        fn same<K: KeyExtractor>(k: K, parts: RequestParts<'_>) {
+            let lent = k.with_key(parts, |key| key.map(str::to_owned));
+            assert_eq!(lent, k.extract(parts));
+        }
+        same(PeerIp::new(), parts);
+        same(client_ip(), parts);
+        same(HeaderKey::new(HeaderName::from_static("x-api-key")), parts);
+        same(HeaderKey::new(HeaderName::from_static("x-none")), parts);
+        same(PathKey, parts);
+        same(GlobalKey::named("all"), parts);
+        let no_peer = Request::new(());
+        assert!(PeerIp::new().with_key(RequestParts::new(&no_peer), |k| k.is_none()));
     }
 
     #[test]

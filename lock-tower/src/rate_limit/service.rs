@@ -45,6 +45,14 @@ impl<S, B, K> RateLimit<S, B, K> {
     }
 }
 
+/// How a decision starts. Lives for one call; boxing the verdict would
+/// cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
+enum Start {
+    Decided(Verdict),
+    Ask { key: String, cost: u32 },
+}
+
 impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     fn refuse(&self, decision: &Decision) -> Response<Bytes> {
         self.metrics.count_refused();
@@ -78,15 +86,27 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
 
     /// Extracts the key and cost of `request` and decides.
     pub(super) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
-        let key = self.key.extract(request);
-        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        match key {
-            Some(key) => match self.decide_now(&key, cost) {
-                Some(verdict) => verdict,
-                None => self.decide(key, cost).await,
-            },
-            None => self.missing_key(),
+        match self.start(request) {
+            Start::Decided(verdict) => verdict,
+            Start::Ask { key, cost } => self.decide(key, cost).await,
         }
+    }
+
+    /// Decides `request` at once if it has no key or the backend decides
+    /// without waiting; otherwise hands back the owned key to ask with.
+    /// Only that second case copies the key out of the request.
+    fn start(&self, request: RequestParts<'_>) -> Start {
+        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
+        self.key.with_key(request, |key| match key {
+            None => Start::Decided(self.missing_key()),
+            Some(key) => match self.decide_now(key, cost) {
+                Some(verdict) => Start::Decided(verdict),
+                None => Start::Ask {
+                    key: key.to_owned(),
+                    cost,
+                },
+            },
+        })
     }
 
     fn missing_key(&self) -> Verdict {
@@ -172,31 +192,26 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = self.shared.clone();
-        let parts = RequestParts::new(&request);
-        let key = shared.key.extract(parts);
-        let cost = shared.cost.as_ref().map_or(1, |cost| cost(parts));
-        // A backend that decides without waiting (in memory) is answered
-        // here: no boxed future, and the ready service itself is called.
-        if let Some(verdict) = key.as_deref().and_then(|key| shared.decide_now(key, cost)) {
-            return match verdict {
-                Verdict::Allow(decision) => {
-                    ResponseFuture::calling(self.inner.call(request), decision, shared)
-                }
-                Verdict::Limited { response, .. } | Verdict::Respond(response) => {
-                    ResponseFuture::ready(response)
-                }
-            };
-        }
+        // A request without a key, or a backend that decides without
+        // waiting (in memory), is answered here: no boxed future, and the
+        // ready service itself is called.
+        let (key, cost) = match shared.start(RequestParts::new(&request)) {
+            Start::Decided(Verdict::Allow(decision)) => {
+                return ResponseFuture::calling(self.inner.call(request), decision, shared);
+            }
+            Start::Decided(Verdict::Limited { response, .. } | Verdict::Respond(response)) => {
+                return ResponseFuture::ready(response);
+            }
+            Start::Ask { key, cost } => (key, cost),
+        };
         // The clone that was driven to readiness serves this request.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let verdict = async move {
-            match key {
-                Some(key) => shared.decide(key, cost).await,
-                None => shared.missing_key(),
-            }
+        let verdict = {
+            let shared = shared.clone();
+            async move { shared.decide(key, cost).await }
         };
-        ResponseFuture::new(Box::pin(verdict), request, inner, self.shared.clone())
+        ResponseFuture::new(Box::pin(verdict), request, inner, shared)
     }
 }
 
