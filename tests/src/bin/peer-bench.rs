@@ -36,6 +36,34 @@ use lock_tests::http::TestServer;
 use lock_tower::RateLimitLayer;
 use lock_tower::key::{GlobalKey, PeerIp};
 
+/// Counts heap allocations, so the layer table can show allocations per
+/// request next to time per request.
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+#[allow(unsafe_code)] // benchmark instrumentation only
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller upholds `alloc`'s contract.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller upholds `dealloc`'s contract.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller upholds `realloc`'s contract.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
 struct Scale {
     iterations: usize,
     handoffs: usize,
@@ -61,16 +89,35 @@ async fn main() -> Result<(), Error> {
             keys: 1_000_000,
         }
     };
-    println!("## 1. Decision throughput\n");
-    throughput_table(quick).await?;
-    println!("\n## 2. Lock latency\n");
-    lock_latency(&scale).await?;
-    println!("\n## 3. Redlock over 5 servers\n");
-    redlock(&scale).await?;
-    println!("\n## 4. HTTP\n");
-    http(&scale).await?;
-    println!("\n## 5. Memory\n");
-    memory(&scale).await?;
+    // `--only 3,4` runs just those sections.
+    let only: Option<Vec<String>> = std::env::args()
+        .skip_while(|a| a != "--only")
+        .nth(1)
+        .map(|list| list.split(',').map(str::to_owned).collect());
+    let run = |section: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == section));
+    if run("1") {
+        println!("## 1. Decision throughput\n");
+        throughput_table(quick).await?;
+    }
+    if run("2") {
+        println!("\n## 2. Lock latency\n");
+        lock_latency(&scale).await?;
+    }
+    if run("3") {
+        println!("\n## 3. Redlock over 5 servers\n");
+        redlock(&scale).await?;
+    }
+    if run("4") || run("4a") {
+        println!("\n## 4. HTTP\n");
+        layer_cost(&scale).await?;
+    }
+    if run("4") {
+        http(&scale).await?;
+    }
+    if run("5") {
+        println!("\n## 5. Memory\n");
+        memory(&scale).await?;
+    }
     Ok(())
 }
 
@@ -331,6 +378,108 @@ fn huge() -> NonZeroU32 {
 
 fn gcra_policy() -> Policy {
     Policy::new(Algorithm::Gcra).quota(Quota::per_hour(huge()))
+}
+
+/// Nanoseconds per request through `app`, called in process (no socket),
+/// one request at a time, as the peer address arrives from axum.
+async fn per_request(app: Router, n: usize) -> Result<(f64, f64), Error> {
+    use tower::{Service, ServiceExt};
+    let peer: SocketAddr = "10.1.2.3:4567".parse()?;
+    let mut app = app.into_service::<axum::body::Body>();
+    let request = || {
+        let mut request = http::Request::new(axum::body::Body::empty());
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        request
+    };
+    // Warm up, then measure.
+    for _ in 0..n / 10 {
+        app.ready().await?.call(request()).await?;
+    }
+    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let started = Instant::now();
+    for _ in 0..n {
+        let response = app.ready().await?.call(request()).await?;
+        if !response.status().is_success() {
+            return Err(format!("refused: {}", response.status()).into());
+        }
+    }
+    let elapsed = started.elapsed();
+    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - allocations;
+    Ok((
+        elapsed.as_nanos() as f64 / n as f64,
+        allocations as f64 / n as f64,
+    ))
+}
+
+/// What the rate-limit layers cost per request without HTTP around them.
+async fn layer_cost(scale: &Scale) -> Result<(), Error> {
+    let hello = || Router::new().route("/", get(|| async { "hello" }));
+    let governor = |headers: bool| {
+        let mut config = tower_governor::governor::GovernorConfigBuilder::default();
+        config.per_nanosecond(1).burst_size(u32::MAX);
+        if headers {
+            config.use_headers();
+        }
+        config.finish().ok_or("governor config")
+    };
+    let n = scale.iterations * 20;
+    let mut rows = Vec::new();
+    // Interleaved rounds; the median round is reported.
+    for _ in 0..3 {
+        let bare = per_request(hello(), n).await?;
+        let ours = per_request(
+            hello().layer(RateLimitLayer::new(
+                RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?,
+                PeerIp::new(),
+            )),
+            n,
+        )
+        .await?;
+        let theirs = per_request(
+            hello().layer(tower_governor::GovernorLayer::new(governor(false)?)),
+            n,
+        )
+        .await?;
+        let theirs_headers = per_request(
+            hello().layer(tower_governor::GovernorLayer::new(governor(true)?)),
+            n,
+        )
+        .await?;
+        rows.push([bare, ours, theirs, theirs_headers]);
+    }
+    let median = |i: usize| {
+        let mut v: Vec<f64> = rows.iter().map(|r| r[i].0).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let allocations = |i: usize| rows[0][i].1;
+    let bare = median(0);
+    println!(
+        "In process (no socket), one request at a time, {n} requests per round, median of 3 rounds\n"
+    );
+    println!("| router | ns/request | layer cost (ns) | allocations/request |");
+    println!("|---|---:|---:|---:|");
+    println!("| axum, no layer | {bare:.0} | 0 | {:.1} |", allocations(0));
+    for (label, i) in [
+        ("axum + ours (memory)", 1),
+        ("axum + tower_governor", 2),
+        ("axum + tower_governor with headers", 3),
+    ] {
+        println!(
+            "| {label} | {:.0} | {:.0} | {:.1} |",
+            median(i),
+            median(i) - bare,
+            allocations(i)
+        );
+    }
+    println!(
+        "\n| comparison | ratio of layer cost |\n|---|---:|\n| ours (memory) / tower_governor | {:.2}x |\n| ours (memory) / tower_governor with headers | {:.2}x |\n",
+        (median(1) - bare) / (median(2) - bare),
+        (median(1) - bare) / (median(3) - bare)
+    );
+    Ok(())
 }
 
 async fn http(scale: &Scale) -> Result<(), Error> {
