@@ -176,6 +176,41 @@ async fn redlock_clients_never_both_hold_it() {
     assert_eq!(counter.load(Ordering::SeqCst), 150);
 }
 
+/// Redlock answers once a majority has; the other servers' calls finish in
+/// the background. Every server must still end up with the same commands:
+/// no key may be left behind on a server whose answer was not awaited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_leaves_no_key_on_servers_it_did_not_wait_for() {
+    let servers = RedisServer::start_many(5);
+    let client = redlock(&servers).await;
+    // A lease far longer than the test: only a release can remove a key.
+    let options = LockOptions::new().lease(Duration::from_secs(60));
+    for i in 0..50 {
+        let lock = Lock::with_options(client.clone(), format!("bg{i}"), options).expect("valid");
+        let guard = lock.try_lock().await.expect("backend").expect("free");
+        assert!(guard.release().await.expect("backend"));
+    }
+    // Busy answers settle an acquire early too: a held lock, then contenders.
+    let lock = Lock::with_options(client.clone(), "held", options).expect("valid");
+    let guard = lock.try_lock().await.expect("backend").expect("free");
+    for _ in 0..20 {
+        assert!(lock.try_lock().await.expect("backend").is_none());
+    }
+    assert!(guard.release().await.expect("backend"));
+    for (i, server) in servers.iter().enumerate() {
+        let mut conn = server.connection();
+        let empty = lock_tests::eventually(Duration::from_secs(2), async || {
+            redis::cmd("DBSIZE")
+                .query::<u64>(&mut conn)
+                .expect("DBSIZE")
+                == 0
+        })
+        .await;
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
+        assert!(empty, "server {i} kept {keys:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_survives_two_dead_servers_and_fails_with_three() {
     let mut servers = RedisServer::start_many(5);

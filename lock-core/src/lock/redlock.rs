@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::redis::jittered_sleep;
@@ -106,22 +108,72 @@ impl Redlock {
         self.servers.len() / 2 + 1
     }
 
-    /// Runs `op` on every server at once, each bounded by the per-server timeout.
-    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Vec<Result<T>>
+    /// Runs `op` on every server at once, each bounded by the per-server
+    /// timeout, and waits for every answer.
+    async fn on_all<T, F, Fut>(&self, op: F) -> Vec<Result<T>>
     where
-        F: Fn(&'a RedisBackend) -> Fut,
-        Fut: Future<Output = Result<T>> + 'a,
+        F: Fn(RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.on_all_until(op, |_| false).await
+    }
+
+    /// Runs `op` on every server at once, each bounded by the per-server
+    /// timeout, and returns as soon as `settled` says the answers so far
+    /// decide the outcome (or every server has answered). Every request is
+    /// sent before the first answer is read, and calls still running then
+    /// finish in the background, so each server sees the same commands in
+    /// the same order whether or not the caller waited for it.
+    async fn on_all_until<T, F, Fut>(
+        &self,
+        op: F,
+        settled: impl Fn(&[Result<T>]) -> bool,
+    ) -> Vec<Result<T>>
+    where
+        F: Fn(RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
     {
         let timeout = self.per_server_timeout;
-        join_all(self.servers.iter().map(|server| {
-            let call = op(server);
-            async move {
-                tokio::time::timeout(timeout, call)
-                    .await
-                    .unwrap_or(Err(Error::Timeout(timeout)))
+        let mut pending: FuturesUnordered<_> = self
+            .servers
+            .iter()
+            .map(|server| {
+                // A server's own response timeout already bounds the call
+                // unless ours is shorter: one timer per call, not two.
+                let bound = (timeout < server.timeout()).then_some(timeout);
+                let call = op(server.clone());
+                async move {
+                    match bound {
+                        Some(bound) => tokio::time::timeout(bound, call)
+                            .await
+                            .unwrap_or(Err(Error::Timeout(bound))),
+                        None => call.await,
+                    }
+                }
+            })
+            .collect();
+        let mut results = Vec::with_capacity(pending.len());
+        while let Some(result) = pending.next().await {
+            results.push(result);
+            if settled(&results) {
+                break;
             }
-        }))
-        .await
+        }
+        if !pending.is_empty()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { while pending.next().await.is_some() {} });
+        }
+        results
+    }
+
+    /// Whether `results` already hold a majority of yeses or of noes.
+    fn majority(&self, results: &[Result<bool>]) -> bool {
+        let yes = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        let no = results.iter().filter(|r| matches!(r, Ok(false))).count();
+        yes >= self.quorum() || no >= self.quorum()
     }
 
     /// Counts `Ok(true)` answers; a majority of them is a yes, a majority of
@@ -165,7 +217,40 @@ impl LockBackend for Redlock {
             ));
         }
         let started = Instant::now();
-        let results = self.on_all(|server| server.acquire(request)).await;
+        let (kind, name, token) = (request.kind, request.name, request.token);
+        let (owner, lease, fencing) = (request.owner, request.lease, request.fencing);
+        let quorum = self.quorum();
+        let results = self
+            .on_all_until(
+                |server| {
+                    let (name, token) = (name.clone(), token.to_owned());
+                    let owner = owner.map(str::to_owned);
+                    async move {
+                        let request = AcquireRequest {
+                            kind,
+                            name: &name,
+                            token: &token,
+                            owner: owner.as_deref(),
+                            lease,
+                            fencing,
+                        };
+                        server.acquire(&request).await
+                    }
+                },
+                // Settled once a majority granted it, or a majority refused.
+                |results| {
+                    let taken = results
+                        .iter()
+                        .filter(|r| matches!(r, Ok(Attempt::Acquired { .. })))
+                        .count();
+                    let busy = results
+                        .iter()
+                        .filter(|r| matches!(r, Ok(Attempt::Busy { .. })))
+                        .count();
+                    taken >= quorum || busy >= quorum
+                },
+            )
+            .await;
         let taken = results
             .iter()
             .filter(|r| matches!(r, Ok(Attempt::Acquired { .. })))
@@ -176,10 +261,13 @@ impl LockBackend for Redlock {
         if taken >= self.quorum() && validity.is_some_and(|v| !v.is_zero()) {
             return Ok(Attempt::Acquired { fence: None });
         }
-        // Not ours: undo everywhere, including servers whose answer was lost.
-        let (name, token) = (request.name, request.token);
+        // Not ours: undo everywhere, including servers whose answer was lost
+        // or not awaited.
         let _ = self
-            .on_all(|server| server.release(Kind::Plain, name, token))
+            .on_all(|server| {
+                let (name, token) = (name.clone(), token.to_owned());
+                async move { server.release(Kind::Plain, &name, &token).await }
+            })
             .await;
         let answered = results.iter().filter(|r| r.is_ok()).count();
         if answered < self.quorum() {
@@ -201,7 +289,13 @@ impl LockBackend for Redlock {
     async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
         plain_only(kind)?;
         let results = self
-            .on_all(|server| server.release(kind, name, token))
+            .on_all_until(
+                |server| {
+                    let (name, token) = (name.clone(), token.to_owned());
+                    async move { server.release(kind, &name, &token).await }
+                },
+                |results| self.majority(results),
+            )
             .await;
         self.tally(&results)
     }
@@ -209,14 +303,25 @@ impl LockBackend for Redlock {
     async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
         plain_only(kind)?;
         let results = self
-            .on_all(|server| server.extend(kind, name, token, lease))
+            .on_all_until(
+                |server| {
+                    let (name, token) = (name.clone(), token.to_owned());
+                    async move { server.extend(kind, &name, &token, lease).await }
+                },
+                |results| self.majority(results),
+            )
             .await;
         self.tally(&results)
     }
 
     async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
         plain_only(kind)?;
-        let results = self.on_all(|server| server.force_release(kind, name)).await;
+        let results = self
+            .on_all(|server| {
+                let name = name.clone();
+                async move { server.force_release(kind, &name).await }
+            })
+            .await;
         if results.iter().filter(|r| r.is_ok()).count() < self.quorum() {
             return self.tally(&results);
         }
