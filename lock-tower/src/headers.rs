@@ -57,6 +57,11 @@ pub fn quota_name(policy: &Policy, quota: &Quota) -> String {
 }
 
 /// `RateLimit-Policy: "name";q=<limit>;w=<window seconds>, ...` for every quota.
+///
+/// The text is interned: each distinct policy text is kept once for the life
+/// of the process, so the value goes out on every response without a copy
+/// or a shared reference count. Policies are configuration, so the set stays
+/// small.
 pub fn policy_value(policy: &Policy) -> HeaderValue {
     let items: Vec<String> = policy
         .quotas()
@@ -70,7 +75,28 @@ pub fn policy_value(policy: &Policy) -> HeaderValue {
             )
         })
         .collect();
-    HeaderValue::from_str(&items.join(", ")).unwrap_or_else(|_| HeaderValue::from_static(""))
+    let text = items.join(", ");
+    match HeaderValue::from_str(&text) {
+        // Checked just above, so `from_static` cannot panic.
+        Ok(_) => HeaderValue::from_static(intern(text)),
+        Err(_) => HeaderValue::from_static(""),
+    }
+}
+
+/// The one `'static` copy of `text`.
+fn intern(text: String) -> &'static str {
+    static TEXTS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let mut texts = TEXTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(text) = texts.get(text.as_str()) {
+        return text;
+    }
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    texts.insert(text);
+    text
 }
 
 /// The structured-field string naming each quota of `policy`, by position.
@@ -91,32 +117,64 @@ pub fn apply(
     decision: &Decision,
     legacy: bool,
 ) {
-    let reset = ceil_secs(decision.reset_after);
-    let name = labels
-        .get(decision.quota_index)
-        .map_or("\"default\"", String::as_str);
-    // `<name>;r=<remaining>;t=<reset>`, built in one exactly sized buffer
-    // that becomes the header value without a copy.
-    let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (r, t) = (r.format(decision.remaining), t.format(reset));
-    let mut value = Vec::with_capacity(name.len() + r.len() + t.len() + 6);
-    for part in [name, ";r=", r, ";t=", t] {
-        value.extend_from_slice(part.as_bytes());
+    Fields::new(labels, policy_value, decision, legacy).insert_into(headers);
+}
+
+/// The rate-limit fields of one decision, built as soon as it is known, so
+/// the response future carries values rather than the layer's shared state.
+pub(crate) struct Fields {
+    ratelimit: Option<HeaderValue>,
+    policy: HeaderValue,
+    retry_after: Option<HeaderValue>,
+    legacy: Option<[HeaderValue; 3]>,
+}
+
+impl Fields {
+    pub(crate) fn new(
+        labels: &[String],
+        policy_value: &HeaderValue,
+        decision: &Decision,
+        legacy: bool,
+    ) -> Self {
+        let reset = ceil_secs(decision.reset_after);
+        let name = labels
+            .get(decision.quota_index)
+            .map_or("\"default\"", String::as_str);
+        // `<name>;r=<remaining>;t=<reset>`, built in one exactly sized buffer
+        // that becomes the header value without a copy.
+        let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (r, t) = (r.format(decision.remaining), t.format(reset));
+        let mut value = Vec::with_capacity(name.len() + r.len() + t.len() + 6);
+        for part in [name, ";r=", r, ";t=", t] {
+            value.extend_from_slice(part.as_bytes());
+        }
+        Fields {
+            ratelimit: HeaderValue::from_maybe_shared(Bytes::from(value)).ok(),
+            policy: policy_value.clone(),
+            retry_after: (!decision.allowed).then(|| retry_after(decision.retry_after)),
+            legacy: legacy.then(|| {
+                [
+                    HeaderValue::from(decision.limit),
+                    HeaderValue::from(decision.remaining),
+                    HeaderValue::from(reset),
+                ]
+            }),
+        }
     }
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
-        headers.insert(RATELIMIT.clone(), value);
-    }
-    headers.insert(RATELIMIT_POLICY.clone(), policy_value.clone());
-    if !decision.allowed {
-        headers.insert(RETRY_AFTER, retry_after(decision.retry_after));
-    }
-    if legacy {
-        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(decision.limit));
-        headers.insert(
-            X_RATELIMIT_REMAINING.clone(),
-            HeaderValue::from(decision.remaining),
-        );
-        headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+
+    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        if let Some(value) = self.ratelimit {
+            headers.insert(RATELIMIT.clone(), value);
+        }
+        headers.insert(RATELIMIT_POLICY.clone(), self.policy);
+        if let Some(value) = self.retry_after {
+            headers.insert(RETRY_AFTER, value);
+        }
+        if let Some([limit, remaining, reset]) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT.clone(), limit);
+            headers.insert(X_RATELIMIT_REMAINING.clone(), remaining);
+            headers.insert(X_RATELIMIT_RESET.clone(), reset);
+        }
     }
 }
 

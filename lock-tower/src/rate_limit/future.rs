@@ -4,19 +4,20 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use lock_core::rate::Decision;
 use pin_project::pin_project;
 use tower::Service;
 
 use super::RateVerdict as Verdict;
+use crate::headers::Fields;
 
-/// Adds the rate-limit fields of a decision to a response.
-pub(crate) trait ApplyHeaders: Send + Sync {
-    fn apply(&self, headers: &mut HeaderMap, decision: &Decision);
+/// Builds the rate-limit fields of a decision.
+pub(crate) trait MakeFields: Send + Sync {
+    fn fields(&self, decision: &Decision) -> Fields;
 }
 
-pub(super) type AddHeaders = std::sync::Arc<dyn ApplyHeaders>;
+pub(super) type AddHeaders = std::sync::Arc<dyn MakeFields>;
 
 // The request waits in the first state; boxing it would cost an allocation
 // per request for no gain (the future is built once per request anyway).
@@ -31,7 +32,7 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
     Calling {
         #[pin]
         future: S::Future,
-        decision: Option<Decision>,
+        fields: Option<Fields>,
     },
     Ready {
         response: Option<Response<Bytes>>,
@@ -73,15 +74,12 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
 }
 
 impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
-    /// Decided at once: the inner service is already called.
-    pub(super) fn calling(
-        future: S::Future,
-        decision: Option<Decision>,
-        add_headers: AddHeaders,
-    ) -> Self {
+    /// Decided at once: the inner service is already called, and `fields`
+    /// go on its response.
+    pub(super) fn calling(future: S::Future, fields: Option<Fields>) -> Self {
         ResponseFuture {
-            state: State::Calling { future, decision },
-            add_headers: Some(add_headers),
+            state: State::Calling { future, fields },
+            add_headers: None,
         }
     }
 
@@ -122,14 +120,17 @@ where
                     let (Some(request), Some(mut inner)) = (request.take(), inner.take()) else {
                         unreachable!("a deciding future holds its request and service");
                     };
+                    let fields = match (decision, this.add_headers.take()) {
+                        (Some(decision), Some(add)) => Some(add.fields(&decision)),
+                        _ => None,
+                    };
                     let future = inner.call(request);
-                    this.state.set(State::Calling { future, decision });
+                    this.state.set(State::Calling { future, fields });
                 }
-                StateProj::Calling { future, decision } => {
+                StateProj::Calling { future, fields } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let (Some(decision), Some(add)) = (decision.take(), this.add_headers.take())
-                    {
-                        add.apply(response.headers_mut(), &decision);
+                    if let Some(fields) = fields.take() {
+                        fields.insert_into(response.headers_mut());
                     }
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));

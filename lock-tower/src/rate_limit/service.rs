@@ -75,13 +75,11 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     }
 
     pub(super) fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
-        headers::apply(
-            headers,
-            &self.labels,
-            &self.policy_value,
-            decision,
-            self.legacy,
-        );
+        self.fields(decision).insert_into(headers);
+    }
+
+    pub(super) fn fields(&self, decision: &Decision) -> headers::Fields {
+        headers::Fields::new(&self.labels, &self.policy_value, decision, self.legacy)
     }
 
     /// Extracts the key and cost of `request` and decides.
@@ -191,13 +189,13 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let shared = self.shared.clone();
         // A request without a key, or a backend that decides without
-        // waiting (in memory), is answered here: no boxed future, and the
-        // ready service itself is called.
-        let (key, cost) = match shared.start(RequestParts::new(&request)) {
+        // waiting (in memory), is answered here: no boxed future, no shared
+        // state carried along, and the ready service itself is called.
+        let (key, cost) = match self.shared.start(RequestParts::new(&request)) {
             Start::Decided(Verdict::Allow(decision)) => {
-                return ResponseFuture::calling(self.inner.call(request), decision, shared);
+                let fields = decision.map(|decision| self.shared.fields(&decision));
+                return ResponseFuture::calling(self.inner.call(request), fields);
             }
             Start::Decided(Verdict::Limited { response, .. } | Verdict::Respond(response)) => {
                 return ResponseFuture::ready(response);
@@ -208,15 +206,15 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let verdict = {
-            let shared = shared.clone();
+            let shared = self.shared.clone();
             async move { shared.decide(key, cost).await }
         };
-        ResponseFuture::new(Box::pin(verdict), request, inner, shared)
+        ResponseFuture::new(Box::pin(verdict), request, inner, self.shared.clone())
     }
 }
 
-impl<B: RateBackend, K: KeyExtractor> super::future::ApplyHeaders for Shared<B, K> {
-    fn apply(&self, headers: &mut http::HeaderMap, decision: &Decision) {
-        self.apply_headers(headers, decision);
+impl<B: RateBackend, K: KeyExtractor> super::future::MakeFields for Shared<B, K> {
+    fn fields(&self, decision: &Decision) -> headers::Fields {
+        Shared::fields(self, decision)
     }
 }
