@@ -75,6 +75,39 @@ async fn limits_exactly_with_headers<B: RateBackend>(backend: B) {
     assert_eq!(ok, 7);
 }
 
+async fn headers_can_be_kept_to_refusals<B: RateBackend>(backend: B) {
+    let layer = RateLimitLayer::new(limiter(backend, "quiet", 2), PeerIp::new())
+        .legacy_headers(true)
+        .headers_on_success(false);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    for _ in 0..2 {
+        let reply = client.get(&server.url("/"), &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        for name in [
+            "ratelimit",
+            "ratelimit-policy",
+            "x-ratelimit-limit",
+            "retry-after",
+        ] {
+            assert_eq!(reply.header(name), "", "{name} on an allowed response");
+        }
+    }
+    let refused = client.get(&server.url("/"), &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        refused
+            .header("ratelimit")
+            .starts_with("\"default\";r=0;t=")
+    );
+    assert_eq!(refused.header("ratelimit-policy"), "\"default\";q=2;w=60");
+    assert_eq!(refused.header("x-ratelimit-remaining"), "0");
+    assert!(!refused.header("retry-after").is_empty());
+}
+
 async fn spoofed_forwarded_for_does_not_change_the_key<B: RateBackend>(backend: B) {
     // The peer (127.0.0.1) is not a trusted proxy: its header is ignored.
     let untrusted = ClientIp::new(["10.0.0.0/8".parse().expect("cidr")]);
@@ -405,6 +438,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     limits_exactly_with_headers,
+    headers_can_be_kept_to_refusals,
     spoofed_forwarded_for_does_not_change_the_key,
     lock_serializes_one_key_and_not_others,
     busy_key_is_refused_or_times_out,

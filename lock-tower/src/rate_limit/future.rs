@@ -14,7 +14,7 @@ use crate::headers::Fields;
 
 /// Builds the rate-limit fields of a decision.
 pub(crate) trait MakeFields: Send + Sync {
-    fn fields(&self, decision: &Decision) -> Fields;
+    fn fields(&self, decision: &Decision) -> Option<Fields>;
 }
 
 pub(super) type AddHeaders = std::sync::Arc<dyn MakeFields>;
@@ -121,7 +121,7 @@ where
                         unreachable!("a deciding future holds its request and service");
                     };
                     let fields = match (decision, this.add_headers.take()) {
-                        (Some(decision), Some(add)) => Some(add.fields(&decision)),
+                        (Some(decision), Some(add)) => add.fields(&decision),
                         _ => None,
                     };
                     let future = inner.call(request);

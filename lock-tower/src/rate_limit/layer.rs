@@ -44,6 +44,7 @@ impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
             .field("missing_key", &s.missing_key)
             .field("timeout", &s.timeout)
             .field("legacy", &s.legacy)
+            .field("headers_on_success", &s.on_success)
             .finish_non_exhaustive()
     }
 }
@@ -60,6 +61,7 @@ pub(crate) struct Shared<B, K> {
     pub(super) missing_key: MissingKey,
     pub(super) timeout: Duration,
     pub(super) legacy: bool,
+    pub(super) on_success: bool,
     pub(super) policy_value: HeaderValue,
     pub(super) labels: Vec<String>,
     pub(super) metrics: Arc<Metrics>,
@@ -77,6 +79,7 @@ impl<B: Clone, K: Clone> Clone for Shared<B, K> {
             missing_key: self.missing_key,
             timeout: self.timeout,
             legacy: self.legacy,
+            on_success: self.on_success,
             policy_value: self.policy_value.clone(),
             labels: self.labels.clone(),
             metrics: self.metrics.clone(),
@@ -87,7 +90,8 @@ impl<B: Clone, K: Clone> Clone for Shared<B, K> {
 impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     /// Limits requests by `key` with `limiter`. Defaults: cost 1, fail closed
     /// (503) on backend failure, 500 for a request without a key, a 500 ms
-    /// decision timeout, no legacy headers.
+    /// decision timeout, `RateLimit` and `RateLimit-Policy` on every
+    /// response, no legacy headers.
     pub fn new(limiter: RateLimiter<B>, key: K) -> Self {
         let fallback = RateLimiter::new(
             MemoryBackend::new(),
@@ -108,6 +112,7 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
                 missing_key: MissingKey::default(),
                 timeout: DEFAULT_DECISION_TIMEOUT,
                 legacy: false,
+                on_success: true,
                 policy_value,
                 labels,
                 metrics: Arc::default(),
@@ -155,6 +160,13 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.with(|s| s.legacy = on)
     }
 
+    /// Whether allowed responses carry the rate-limit fields too (default
+    /// `true`, so clients can pace themselves). Refusals always carry them,
+    /// with `Retry-After`.
+    pub fn headers_on_success(self, on: bool) -> Self {
+        self.with(|s| s.on_success = on)
+    }
+
     /// The counters of this layer and every service it made.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.shared.metrics.clone()
@@ -171,7 +183,8 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.shared.decide_for(request).await
     }
 
-    /// Adds the rate-limit fields of `decision` to `headers`.
+    /// Adds the rate-limit fields of `decision` to `headers` (for an allowed
+    /// decision, only if [`headers_on_success`](Self::headers_on_success)).
     pub fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
         self.shared.apply_headers(headers, decision);
     }

@@ -75,11 +75,15 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     }
 
     pub(super) fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
-        self.fields(decision).insert_into(headers);
+        if let Some(fields) = self.fields(decision) {
+            fields.insert_into(headers);
+        }
     }
 
-    pub(super) fn fields(&self, decision: &Decision) -> headers::Fields {
-        headers::Fields::new(&self.labels, &self.policy_value, decision, self.legacy)
+    /// The fields a response to `decision` carries, if any.
+    pub(super) fn fields(&self, decision: &Decision) -> Option<headers::Fields> {
+        (!decision.allowed || self.on_success)
+            .then(|| headers::Fields::new(&self.labels, &self.policy_value, decision, self.legacy))
     }
 
     /// Extracts the key and cost of `request` and decides.
@@ -194,7 +198,7 @@ where
         // state carried along, and the ready service itself is called.
         let (key, cost) = match self.shared.start(RequestParts::new(&request)) {
             Start::Decided(Verdict::Allow(decision)) => {
-                let fields = decision.map(|decision| self.shared.fields(&decision));
+                let fields = decision.and_then(|decision| self.shared.fields(&decision));
                 return ResponseFuture::calling(self.inner.call(request), fields);
             }
             Start::Decided(Verdict::Limited { response, .. } | Verdict::Respond(response)) => {
@@ -214,7 +218,7 @@ where
 }
 
 impl<B: RateBackend, K: KeyExtractor> super::future::MakeFields for Shared<B, K> {
-    fn fields(&self, decision: &Decision) -> headers::Fields {
+    fn fields(&self, decision: &Decision) -> Option<headers::Fields> {
         Shared::fields(self, decision)
     }
 }
