@@ -87,10 +87,17 @@ impl View {
         if let Some(peer) = request.peer_addr() {
             extensions.insert(peer);
         }
+        // A server-side request is almost always in origin form: the path
+        // and query are the whole URI, and parse without formatting.
+        let uri = request.uri();
+        let uri = match (uri.scheme(), uri.path_and_query()) {
+            (None, Some(path)) => path.as_str().parse(),
+            _ => uri.to_string().parse(),
+        };
         View {
             method: http::Method::from_bytes(request.method().as_str().as_bytes())
                 .unwrap_or_default(),
-            uri: request.uri().to_string().parse().unwrap_or_default(),
+            uri: uri.unwrap_or_default(),
             headers,
             extensions,
         }
@@ -103,12 +110,24 @@ impl View {
 
 fn copy_headers(from: &http::HeaderMap, to: &mut actix_web::http::header::HeaderMap) {
     for (name, value) in from {
-        if let (Ok(name), Ok(value)) = (
-            ActixName::from_bytes(name.as_str().as_bytes()),
-            ActixValue::from_bytes(value.as_bytes()),
-        ) {
+        if let (Some(name), Ok(value)) =
+            (actix_name(name), ActixValue::from_bytes(value.as_bytes()))
+        {
             to.insert(name, value);
         }
+    }
+}
+
+/// The actix-web name of a header: the rate-limit fields (on every limited
+/// response) without parsing, others parsed.
+fn actix_name(name: &http::HeaderName) -> Option<ActixName> {
+    use lock_tower::headers::{RATELIMIT, RATELIMIT_POLICY};
+    if name == RATELIMIT {
+        Some(ActixName::from_static("ratelimit"))
+    } else if name == RATELIMIT_POLICY {
+        Some(ActixName::from_static("ratelimit-policy"))
+    } else {
+        ActixName::from_bytes(name.as_str().as_bytes()).ok()
     }
 }
 
