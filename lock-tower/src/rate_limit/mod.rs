@@ -6,6 +6,8 @@
 //! a refusal is a response, not a service error, so the layer drops into
 //! `axum::Router::layer` without a `HandleErrorLayer`. Every response carries
 //! `RateLimit` and `RateLimit-Policy`; a 429 also `Retry-After`.
+//! [`headers_on_success(false)`](RateLimitLayer::headers_on_success) keeps
+//! the fields to refusals.
 //!
 //! ```
 //! use std::num::NonZeroU32;

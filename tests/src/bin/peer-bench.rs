@@ -343,9 +343,29 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
 /// `concurrency` keep-alive connections over loopback for `run_for`.
 ///
 /// The load generator is a minimal HTTP/1.1 client (one pre-built request,
-/// responses framed by `Content-Length`): it shares the machine with the
-/// servers, so the less it costs, the more the figures reflect the servers.
+/// responses framed by `Content-Length`) on a runtime and threads of its
+/// own, as a separate `wrk` process would be: it shares the cores with the
+/// servers, but not their task queues (where it would delay, say, the Redis
+/// connection's driver task behind its own tasks).
 async fn load(
+    addr: SocketAddr,
+    concurrency: usize,
+    run_for: Duration,
+) -> Result<(f64, Duration), Error> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(Error::from)
+            .and_then(|runtime| runtime.block_on(generate(addr, concurrency, run_for)));
+        let _ = tx.send(result.map_err(|e| e.to_string()));
+    });
+    Ok(rx.await??)
+}
+
+async fn generate(
     addr: SocketAddr,
     concurrency: usize,
     run_for: Duration,
