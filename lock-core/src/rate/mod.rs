@@ -231,3 +231,33 @@ pub(crate) fn decision(
         quota_index: index,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_keys_are_limited_like_the_scoped_name() {
+        let scope = Name::new("api").unwrap();
+        // `api:` + key must fit in MAX_NAME_LEN bytes.
+        let longest = "k".repeat(MAX_NAME_LEN - 4);
+        assert!(RateKey::new(&scope, &longest).is_ok());
+        let too_long = "k".repeat(MAX_NAME_LEN - 3);
+        assert!(matches!(
+            RateKey::new(&scope, &too_long),
+            Err(Error::InvalidName { .. })
+        ));
+        for bad in ["", "a{b", "}", "tab\t", "del\u{7f}", "c1\u{85}x"] {
+            assert!(RateKey::new(&scope, bad).is_err(), "{bad:?} accepted");
+        }
+        for good in [
+            "10.0.0.1",
+            "2001:db8::/64",
+            "user:Zoë",
+            "~|",
+            "\u{a0}\u{1f600}",
+        ] {
+            assert!(RateKey::new(&scope, good).is_ok(), "{good:?} refused");
+        }
+    }
+}
