@@ -463,11 +463,16 @@ fn gcra_policy() -> Policy {
     Policy::new(Algorithm::Gcra).quota(Quota::per_hour(huge()))
 }
 
+/// Our memory layer by peer address, as configured by default.
+fn memory_layer() -> Result<RateLimitLayer<MemoryBackend, PeerIp>, Error> {
+    let limiter = RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?;
+    Ok(RateLimitLayer::new(limiter, PeerIp::new()))
+}
+
 /// Our memory layer sending rate-limit fields on refusals only, as
 /// `tower_governor` does by default.
 fn quiet_layer() -> Result<RateLimitLayer<MemoryBackend, PeerIp>, Error> {
-    let limiter = RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?;
-    Ok(RateLimitLayer::new(limiter, PeerIp::new()).headers_on_success(false))
+    Ok(memory_layer()?.headers_on_success(false))
 }
 
 /// Nanoseconds per request through `app`, called in process (no socket),
@@ -530,14 +535,7 @@ async fn layer_cost(scale: &Scale) -> Result<(), Error> {
     const ROUNDS: usize = 9;
     for _ in 0..ROUNDS {
         let bare = per_request(hello(), n).await?;
-        let ours = per_request(
-            hello().layer(RateLimitLayer::new(
-                RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?,
-                PeerIp::new(),
-            )),
-            n,
-        )
-        .await?;
+        let ours = per_request(hello().layer(memory_layer()?), n).await?;
         let theirs = per_request(
             hello().layer(tower_governor::GovernorLayer::new(governor()?)),
             n,
@@ -597,11 +595,7 @@ async fn http(scale: &Scale) -> Result<(), Error> {
     let backend = RedisBackend::connect(&redis.url()).await?;
 
     let bare = TestServer::start(hello()).await;
-    let ours_memory = TestServer::start(hello().layer(RateLimitLayer::new(
-        RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?,
-        PeerIp::new(),
-    )))
-    .await;
+    let ours_memory = TestServer::start(hello().layer(memory_layer()?)).await;
     let governor = tower_governor::governor::GovernorConfigBuilder::default()
         .per_nanosecond(1)
         .burst_size(u32::MAX)
