@@ -134,6 +134,35 @@ pub async fn several_quotas_all_or_nothing<B: RateBackend>(backend: B, algorithm
     );
 }
 
+/// A quota alone decides as it does next to a quota that never binds: the
+/// Redis scripts take a shorter path for one quota, and both must agree.
+pub async fn one_quota_decides_as_among_several<B: RateBackend>(backend: B, algorithm: Algorithm) {
+    let main = quota(5, 10_000);
+    let alone = limiter(&backend, algorithm, std::slice::from_ref(&main));
+    let never_binds = quota(1_000, 10_000).named("loose");
+    let paired = limiter(&backend, algorithm, &[main, never_binds]);
+    // Looks, single hits, a costly hit, refusals, and a look after them.
+    for (step, cost) in [0, 1, 2, 0, 1, 3, 1, 1, 0].into_iter().enumerate() {
+        let a = hit(&alone, "solo", cost).await;
+        let b = hit(&paired, "pair", cost).await;
+        assert_eq!(
+            (a.allowed, a.limit, a.remaining),
+            (b.allowed, b.limit, b.remaining),
+            "{algorithm:?} step {step} cost {cost}: {a:?} vs {b:?}"
+        );
+        assert_eq!(
+            a.retry_after.is_zero(),
+            b.retry_after.is_zero(),
+            "{algorithm:?} step {step}: {a:?} vs {b:?}"
+        );
+        let close = |x: Duration, y: Duration| x.abs_diff(y) <= Duration::from_millis(500);
+        assert!(
+            close(a.retry_after, b.retry_after) && close(a.reset_after, b.reset_after),
+            "{algorithm:?} step {step}: {a:?} vs {b:?}"
+        );
+    }
+}
+
 /// Keys do not share limits.
 pub async fn keys_are_independent<B: RateBackend>(backend: B, algorithm: Algorithm) {
     let limiter = limiter(&backend, algorithm, &[quota(1, 10_000)]);
@@ -237,7 +266,8 @@ macro_rules! rate_suite {
     ($setup:expr) => {
         $crate::rate_suite!(@each $setup;
             burst_then_refused, retry_after_is_enough, cost_zero_and_cost_bounds,
-            several_quotas_all_or_nothing, keys_are_independent, bad_input_is_rejected);
+            several_quotas_all_or_nothing, one_quota_decides_as_among_several,
+            keys_are_independent, bad_input_is_rejected);
         $crate::rate_suite!(@one $setup;
             fixed_window_resets, sliding_window_weighs_previous, gcra_replenishes_gradually);
     };

@@ -3,6 +3,33 @@
 -- ARGV[1]: cost (0 = just look); ARGV[2i], ARGV[2i+1]: limit, period in ms.
 -- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
 local cost = tonumber(ARGV[1])
+if #KEYS == 1 then
+  -- One quota (the common case): the same rules without the tables, which
+  -- cost Redis more than the commands themselves.
+  local key, limit, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  local ttl = redis.call('PTTL', key)
+  local count = 0
+  if ttl == -2 then
+    ttl = 0
+    if cost > 0 then ttl = period end
+  else
+    count = tonumber(redis.call('GET', key))
+    if ttl == -1 then
+      redis.call('PEXPIRE', key, period)
+      ttl = period
+    end
+  end
+  if count + cost > limit then
+    local remaining = limit - count
+    if remaining < 0 then remaining = 0 end
+    return {0, 0, remaining, ttl * 1000, ttl * 1000}
+  end
+  if cost > 0 then
+    count = redis.call('INCRBY', key, cost)
+    if count == cost then redis.call('PEXPIRE', key, period) end
+  end
+  return {1, 0, limit - count, ttl * 1000, 0}
+end
 local counts, ttls, limits = {}, {}, {}
 local allowed = 1
 for i = 1, #KEYS do
