@@ -299,41 +299,50 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
     let red3 = Lock::with_options(Redlock::connect(&url_refs[..3]).await?, "red3", options)?;
     let theirs = rslock::LockManager::new(urls.clone());
     let n = scale.iterations / 4;
+    // Acquire+release, and the acquire alone, for each lock.
     let mut samples: [Vec<Duration>; 5] = Default::default();
+    let mut acquires: [Vec<Duration>; 5] = Default::default();
     for _ in 0..n {
         for (lock, out) in [&ours_lock, &red1, &red3].into_iter().zip([0, 2, 3]) {
             let started = Instant::now();
-            lock.try_lock().await?.ok_or("busy")?.release().await?;
+            let guard = lock.try_lock().await?.ok_or("busy")?;
+            acquires[out].push(started.elapsed());
+            guard.release().await?;
             samples[out].push(started.elapsed());
         }
         let started = Instant::now();
-        single.try_lock().await?.ok_or("busy")?.release().await?;
+        let guard = single.try_lock().await?.ok_or("busy")?;
+        acquires[1].push(started.elapsed());
+        guard.release().await?;
         samples[1].push(started.elapsed());
         let started = Instant::now();
         let lock = theirs.lock("rs-red", Duration::from_secs(10)).await?;
+        acquires[4].push(started.elapsed());
         theirs.unlock(&lock).await;
         samples[4].push(started.elapsed());
     }
-    let [mut ours, mut one, mut one_of_red, mut three, mut rs] = samples;
-    println!("| acquire+release | ours (5 servers) | reference | ratio |");
+    println!("| operation | ours (5 servers) | reference | ratio |");
     println!("|---|---:|---:|---:|");
-    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
-        let o = percentile(&mut ours, q);
-        for (reference, value) in [
-            ("ours on 1 server (plain lock)", percentile(&mut one, q)),
-            ("rslock (5 servers)", percentile(&mut rs, q)),
-            (
-                "ours, Redlock over 1 server",
-                percentile(&mut one_of_red, q),
-            ),
-            ("ours, Redlock over 3 servers", percentile(&mut three, q)),
-        ] {
-            println!(
-                "| {label} | {} | {reference}: {} | {:.2}x |",
-                micros(o),
-                micros(value),
-                o.as_secs_f64() / value.as_secs_f64()
-            );
+    for (operation, samples) in [
+        ("acquire+release", &mut samples),
+        ("acquire", &mut acquires),
+    ] {
+        let [ours, one, one_of_red, three, rs] = samples;
+        for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+            let o = percentile(ours, q);
+            for (reference, value) in [
+                ("ours on 1 server (plain lock)", percentile(one, q)),
+                ("rslock (5 servers)", percentile(rs, q)),
+                ("ours, Redlock over 1 server", percentile(one_of_red, q)),
+                ("ours, Redlock over 3 servers", percentile(three, q)),
+            ] {
+                println!(
+                    "| {operation}, {label} | {} | {reference}: {} | {:.2}x |",
+                    micros(o),
+                    micros(value),
+                    o.as_secs_f64() / value.as_secs_f64()
+                );
+            }
         }
     }
     Ok(())
@@ -622,6 +631,7 @@ async fn http(scale: &Scale) -> Result<(), Error> {
 
     let ours_actix = actix_server(ActixVariant::Ours(backend.clone()))?;
     let theirs_actix = actix_server(ActixVariant::Limitation(redis.url()))?;
+    let bare_actix = actix_server(ActixVariant::Bare)?;
     let targets = [
         ("axum, no layer", bare.addr()),
         ("axum + ours (memory)", ours_memory.addr()),
@@ -637,6 +647,7 @@ async fn http(scale: &Scale) -> Result<(), Error> {
             "axum + ours (memory), fields on refusals only",
             ours_quiet.addr(),
         ),
+        ("actix, no layer", bare_actix.0),
     ];
     // Interleaved rounds, so drift on a shared machine hits every server
     // alike; each server's median round is reported.
@@ -647,43 +658,49 @@ async fn http(scale: &Scale) -> Result<(), Error> {
             result.push(load(*addr, CONCURRENCY, scale.http_for / ROUNDS).await?);
         }
     }
-    let rows: Vec<(&str, (f64, Duration))> = targets
-        .iter()
-        .zip(results)
-        .map(|((label, _), mut rounds)| {
-            rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (*label, rounds[rounds.len() / 2])
-        })
-        .collect();
+    // Each comparison is the median over rounds of the two servers' ratio
+    // in the same round: drift between rounds cancels out.
+    let paired = |a: usize, b: usize| {
+        let mut ratios: Vec<f64> = results[a]
+            .iter()
+            .zip(&results[b])
+            .map(|(x, y)| x.0 / y.0)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
+    };
+    let comparisons = [
+        (
+            "fields on every response: ours (memory) / tower_governor with headers",
+            paired(1, 3),
+        ),
+        (
+            "no fields on allowed responses: ours (memory) / tower_governor",
+            paired(7, 2),
+        ),
+        (
+            "ours (memory, default) / tower_governor (default)",
+            paired(1, 2),
+        ),
+        ("ours (memory) / no layer", paired(1, 0)),
+        ("ours (redis) / no layer", paired(4, 0)),
+        ("actix: ours (redis) / actix-limitation", paired(5, 6)),
+        ("actix: ours (redis) / no layer", paired(5, 8)),
+        ("actix: actix-limitation / no layer", paired(6, 8)),
+    ];
     println!(
         "{CONCURRENCY} clients over loopback; {ROUNDS} interleaved rounds of {:?} per server, median round\n",
         scale.http_for / ROUNDS
     );
     println!("| server | requests/s | p99 |");
     println!("|---|---:|---:|");
-    for (label, (rps, p99)) in &rows {
-        println!("| {label} | {rps:.0} | {} |", micros(*p99));
+    for ((label, _), mut rounds) in targets.iter().zip(results) {
+        rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (rps, p99) = rounds[rounds.len() / 2];
+        println!("| {label} | {rps:.0} | {} |", micros(p99));
     }
-    let rps = |i: usize| rows[i].1.0;
-    println!("\n| comparison | ratio of requests/s |");
+    println!("\n| comparison (median of the ratios within a round) | ratio of requests/s |");
     println!("|---|---:|");
-    let comparisons = [
-        (
-            "fields on every response: ours (memory) / tower_governor with headers",
-            rps(1) / rps(3),
-        ),
-        (
-            "no fields on allowed responses: ours (memory) / tower_governor",
-            rps(7) / rps(2),
-        ),
-        (
-            "ours (memory, default) / tower_governor (default)",
-            rps(1) / rps(2),
-        ),
-        ("ours (memory) / no layer", rps(1) / rps(0)),
-        ("ours (redis) / no layer", rps(4) / rps(0)),
-        ("actix: ours (redis) / actix-limitation", rps(5) / rps(6)),
-    ];
     for (label, ratio) in comparisons {
         println!("| {label} | {ratio:.2}x |");
     }
@@ -691,6 +708,7 @@ async fn http(scale: &Scale) -> Result<(), Error> {
 }
 
 enum ActixVariant {
+    Bare,
     Ours(RedisBackend),
     Limitation(String),
 }
@@ -704,6 +722,13 @@ fn actix_server(
     std::thread::spawn(move || {
         actix_web::rt::System::new().block_on(async move {
             let server = match variant {
+                ActixVariant::Bare => {
+                    HttpServer::new(|| App::new().route("/", web::get().to(|| async { "hello" })))
+                        .workers(1)
+                        .disable_signals()
+                        .bind(("127.0.0.1", 0))
+                        .map(|s| (s.addrs(), s.run()))
+                }
                 ActixVariant::Ours(backend) => {
                     let limiter = RateLimiter::new(
                         backend,
