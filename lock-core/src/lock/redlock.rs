@@ -217,25 +217,13 @@ impl LockBackend for Redlock {
             ));
         }
         let started = Instant::now();
-        let (kind, name, token) = (request.kind, request.name, request.token);
-        let (owner, lease, fencing) = (request.owner, request.lease, request.fencing);
+        let (name, token, lease) = (request.name, request.token, request.lease);
         let quorum = self.quorum();
         let results = self
             .on_all_until(
                 |server| {
                     let (name, token) = (name.clone(), token.to_owned());
-                    let owner = owner.map(str::to_owned);
-                    async move {
-                        let request = AcquireRequest {
-                            kind,
-                            name: &name,
-                            token: &token,
-                            owner: owner.as_deref(),
-                            lease,
-                            fencing,
-                        };
-                        server.acquire(&request).await
-                    }
+                    async move { server.set_nx_px(&name, &token, lease).await }
                 },
                 // Settled once a majority granted it, or a majority refused.
                 |results| {
