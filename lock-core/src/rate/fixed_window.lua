@@ -4,8 +4,9 @@
 -- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
 local cost = tonumber(ARGV[1])
 if #KEYS == 1 then
-  -- One quota (the common case): the same rules without the tables, which
-  -- cost Redis more than the commands themselves.
+  -- One quota (the common case): the same rules as below, inline and
+  -- without tables. Tables cost Redis more than the commands themselves,
+  -- and so do local functions (a closure per call), hence the repetition.
   local key, limit, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local ttl = redis.call('PTTL', key)
   local count = 0

@@ -7,8 +7,9 @@ local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if #KEYS == 1 then
-  -- One quota (the common case): the same rules without the tables, which
-  -- cost Redis more than the commands themselves.
+  -- One quota (the common case): the same rules as below, inline and
+  -- without tables. Tables cost Redis more than the commands themselves,
+  -- and so do local functions (a closure per call), hence the repetition.
   local key, interval, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local tat = tonumber(redis.call('GET', key) or '0')
   if tat < now then tat = now end

@@ -8,8 +8,9 @@ local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if #KEYS == 1 then
-  -- One quota (the common case): the same rules without the tables, which
-  -- cost Redis more than the commands themselves.
+  -- One quota (the common case): the same rules as below, inline and
+  -- without tables. Tables cost Redis more than the commands themselves,
+  -- and so do local functions (a closure per call), hence the repetition.
   local key, limit, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local win = math.floor(now / period)
   local elapsed = now - win * period
