@@ -187,7 +187,15 @@ where
         invocation: ScriptInvocation<'_>,
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await {
+        self.bounded(invocation.invoke_async(&mut conn)).await
+    }
+
+    /// Awaits a call on the connection, bounded by the response timeout.
+    pub(crate) async fn bounded<T>(
+        &self,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => Ok(result?),
             Err(_) => Err(Error::Timeout(self.timeout)),
         }

@@ -114,12 +114,7 @@ where
             .cmd("PTTL")
             .arg(&key);
         let mut conn = self.connection();
-        let timeout = self.timeout();
-        let (set, ttl): (Option<String>, i64) =
-            match tokio::time::timeout(timeout, pipe.query_async(&mut conn)).await {
-                Ok(reply) => reply?,
-                Err(_) => return Err(Error::Timeout(timeout)),
-            };
+        let (set, ttl): (Option<String>, i64) = self.bounded(pipe.query_async(&mut conn)).await?;
         Ok(match set {
             Some(_) => Attempt::Acquired { fence: None },
             None => busy(ttl),
