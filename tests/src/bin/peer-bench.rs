@@ -80,7 +80,7 @@ async fn main() -> Result<(), Error> {
         Scale {
             iterations: 10_000,
             handoffs: 300,
-            http_for: Duration::from_secs(9),
+            http_for: Duration::from_secs(7),
             keys: 1_000_000,
         }
     };
@@ -365,6 +365,7 @@ async fn load(
     std::thread::spawn(move || {
         let result = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name("loadgen")
             .enable_all()
             .build()
             .map_err(Error::from)
@@ -598,7 +599,6 @@ async fn layer_cost(scale: &Scale) -> Result<(), Error> {
 }
 
 async fn http(scale: &Scale) -> Result<(), Error> {
-    const CONCURRENCY: usize = 32;
     let hello = || Router::new().route("/", get(|| async { "hello" }));
     let redis = RedisServer::start();
     let backend = RedisBackend::connect(&redis.url()).await?;
@@ -629,7 +629,9 @@ async fn http(scale: &Scale) -> Result<(), Error> {
     )))
     .await;
 
-    let ours_actix = actix_server(ActixVariant::Ours(backend.clone()))?;
+    let ours_actix = actix_server(ActixVariant::Ours(redis.url(), true))?;
+    // actix-limitation sends no rate-limit fields at all.
+    let ours_actix_quiet = actix_server(ActixVariant::Ours(redis.url(), false))?;
     let theirs_actix = actix_server(ActixVariant::Limitation(redis.url()))?;
     let bare_actix = actix_server(ActixVariant::Bare)?;
     let targets = [
@@ -648,22 +650,32 @@ async fn http(scale: &Scale) -> Result<(), Error> {
             ours_quiet.addr(),
         ),
         ("actix, no layer", bare_actix.0),
+        (
+            "actix + ours (redis), fields on refusals only",
+            ours_actix_quiet.0,
+        ),
     ];
-    // Interleaved rounds, so drift on a shared machine hits every server
-    // alike; each server's median round is reported.
+    // Each level of concurrency in interleaved rounds, so drift on a shared
+    // machine hits every server alike; each server's median round is
+    // reported. At 32 connections a server that waits on Redis round trips
+    // is partly idle; at 128 every server here is saturated.
     const ROUNDS: u32 = 5;
-    let mut results: Vec<Vec<(f64, Duration)>> = vec![Vec::new(); targets.len()];
-    for _ in 0..ROUNDS {
-        for ((_, addr), result) in targets.iter().zip(results.iter_mut()) {
-            result.push(load(*addr, CONCURRENCY, scale.http_for / ROUNDS).await?);
+    const LEVELS: [usize; 2] = [32, 128];
+    let mut results: Vec<Vec<Vec<(f64, Duration)>>> =
+        vec![vec![Vec::new(); targets.len()]; LEVELS.len()];
+    for (&concurrency, level) in LEVELS.iter().zip(results.iter_mut()) {
+        for _ in 0..ROUNDS {
+            for ((_, addr), result) in targets.iter().zip(level.iter_mut()) {
+                result.push(load(*addr, concurrency, scale.http_for / ROUNDS).await?);
+            }
         }
     }
     // Each comparison is the median over rounds of the two servers' ratio
     // in the same round: drift between rounds cancels out.
-    let paired = |a: usize, b: usize| {
-        let mut ratios: Vec<f64> = results[a]
+    let paired = |level: &[Vec<(f64, Duration)>], a: usize, b: usize| {
+        let mut ratios: Vec<f64> = level[a]
             .iter()
-            .zip(&results[b])
+            .zip(&level[b])
             .map(|(x, y)| x.0 / y.0)
             .collect();
         ratios.sort_by(f64::total_cmp);
@@ -672,115 +684,138 @@ async fn http(scale: &Scale) -> Result<(), Error> {
     let comparisons = [
         (
             "fields on every response: ours (memory) / tower_governor with headers",
-            paired(1, 3),
+            1,
+            3,
         ),
         (
             "no fields on allowed responses: ours (memory) / tower_governor",
-            paired(7, 2),
+            7,
+            2,
         ),
+        ("ours (memory, default) / tower_governor (default)", 1, 2),
+        ("ours (memory) / no layer", 1, 0),
+        ("ours (redis) / no layer", 4, 0),
+        ("actix: ours (redis, default) / actix-limitation", 5, 6),
         (
-            "ours (memory, default) / tower_governor (default)",
-            paired(1, 2),
+            "actix, no fields on allowed responses (actix-limitation sends none): ours (redis) / actix-limitation",
+            9,
+            6,
         ),
-        ("ours (memory) / no layer", paired(1, 0)),
-        ("ours (redis) / no layer", paired(4, 0)),
-        ("actix: ours (redis) / actix-limitation", paired(5, 6)),
-        ("actix: ours (redis) / no layer", paired(5, 8)),
-        ("actix: actix-limitation / no layer", paired(6, 8)),
+        ("actix: ours (redis) / no layer", 5, 8),
+        ("actix: actix-limitation / no layer", 6, 8),
     ];
     println!(
-        "{CONCURRENCY} clients over loopback; {ROUNDS} interleaved rounds of {:?} per server, median round\n",
+        "Keep-alive connections over loopback; at each level, {ROUNDS} interleaved rounds of {:?} per server, median round\n",
         scale.http_for / ROUNDS
     );
-    println!("| server | requests/s | p99 |");
-    println!("|---|---:|---:|");
-    for ((label, _), mut rounds) in targets.iter().zip(results) {
-        rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (rps, p99) = rounds[rounds.len() / 2];
-        println!("| {label} | {rps:.0} | {} |", micros(p99));
+    let header: String = LEVELS
+        .iter()
+        .map(|c| format!(" requests/s, {c} conns | p99, {c} conns |"))
+        .collect();
+    println!("| server |{header}");
+    println!("|---|{}", "---:|".repeat(2 * LEVELS.len()));
+    for (i, (label, _)) in targets.iter().enumerate() {
+        let cells: String = results
+            .iter()
+            .map(|level| {
+                let mut rounds = level[i].clone();
+                rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let (rps, p99) = rounds[rounds.len() / 2];
+                format!(" {rps:.0} | {} |", micros(p99))
+            })
+            .collect();
+        println!("| {label} |{cells}");
     }
-    println!("\n| comparison (median of the ratios within a round) | ratio of requests/s |");
-    println!("|---|---:|");
-    for (label, ratio) in comparisons {
-        println!("| {label} | {ratio:.2}x |");
+    let header: String = LEVELS.iter().map(|c| format!(" {c} conns |")).collect();
+    println!("\n| comparison of requests/s (median of the ratios within a round) |{header}");
+    println!("|---|{}", "---:|".repeat(LEVELS.len()));
+    for (label, a, b) in comparisons {
+        let cells: String = results
+            .iter()
+            .map(|level| format!(" {:.2}x |", paired(level, a, b)))
+            .collect();
+        println!("| {label} |{cells}");
     }
     Ok(())
 }
 
 enum ActixVariant {
     Bare,
-    Ours(RedisBackend),
+    /// Our middleware; whether allowed responses carry rate-limit fields.
+    Ours(String, bool),
     Limitation(String),
 }
 
-/// An actix-web hello server on its own thread; stops with the process.
+/// An actix-web hello server with one worker on its own thread; stops with
+/// the process. Our backend connects inside the actix system, as it would in
+/// an `#[actix_web::main]` application, so its connection is driven there.
 fn actix_server(
     variant: ActixVariant,
 ) -> Result<(SocketAddr, actix_web::dev::ServerHandle), Error> {
     use actix_web::{App, HttpServer, web};
+    fn hello() -> actix_web::Route {
+        web::get().to(|| async { "hello" })
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         actix_web::rt::System::new().block_on(async move {
-            let server = match variant {
-                ActixVariant::Bare => {
-                    HttpServer::new(|| App::new().route("/", web::get().to(|| async { "hello" })))
+            // One worker, any free port: the address and the running server.
+            macro_rules! start {
+                ($factory:expr) => {{
+                    let bound = HttpServer::new($factory)
                         .workers(1)
                         .disable_signals()
-                        .bind(("127.0.0.1", 0))
-                        .map(|s| (s.addrs(), s.run()))
-                }
-                ActixVariant::Ours(backend) => {
-                    let limiter = RateLimiter::new(
-                        backend,
-                        "actix",
-                        Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(huge())),
-                    );
-                    let Ok(limiter) = limiter else { return };
-                    let middleware =
-                        lock_actix::RateLimit::new(RateLimitLayer::new(limiter, GlobalKey::new()));
-                    HttpServer::new(move || {
-                        App::new()
-                            .wrap(middleware.clone())
-                            .route("/", web::get().to(|| async { "hello" }))
-                    })
-                    .workers(1)
-                    .disable_signals()
-                    .bind(("127.0.0.1", 0))
-                    .map(|s| (s.addrs(), s.run()))
-                }
-                ActixVariant::Limitation(url) => {
-                    let limiter = actix_limitation::Limiter::builder(url)
-                        .key_by(|_req: &actix_web::dev::ServiceRequest| Some("global".to_owned()))
-                        .limit(1_000_000_000)
-                        .period(Duration::from_secs(3600))
-                        .build();
-                    let Ok(limiter) = limiter else { return };
-                    let limiter = web::Data::new(limiter);
-                    HttpServer::new(move || {
-                        App::new()
-                            .wrap(actix_limitation::RateLimiter::default())
-                            .app_data(limiter.clone())
-                            .route("/", web::get().to(|| async { "hello" }))
-                    })
-                    .workers(1)
-                    .disable_signals()
-                    .bind(("127.0.0.1", 0))
-                    .map(|s| (s.addrs(), s.run()))
-                }
+                        .bind(("127.0.0.1", 0))?;
+                    let addr = bound.addrs().first().copied().ok_or("no address")?;
+                    (addr, bound.run())
+                }};
+            }
+            let server = async {
+                let started = match variant {
+                    ActixVariant::Bare => start!(|| App::new().route("/", hello())),
+                    ActixVariant::Ours(url, fields_on_success) => {
+                        let limiter = RateLimiter::new(
+                            RedisBackend::connect(&url).await?,
+                            "actix",
+                            Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(huge())),
+                        )?;
+                        let middleware = lock_actix::RateLimit::new(
+                            RateLimitLayer::new(limiter, GlobalKey::new())
+                                .headers_on_success(fields_on_success),
+                        );
+                        start!(move || App::new().wrap(middleware.clone()).route("/", hello()))
+                    }
+                    ActixVariant::Limitation(url) => {
+                        let limiter = actix_limitation::Limiter::builder(url)
+                            .key_by(|_req: &actix_web::dev::ServiceRequest| {
+                                Some("global".to_owned())
+                            })
+                            .limit(1_000_000_000)
+                            .period(Duration::from_secs(3600))
+                            .build()?;
+                        let limiter = web::Data::new(limiter);
+                        start!(move || {
+                            App::new()
+                                .wrap(actix_limitation::RateLimiter::default())
+                                .app_data(limiter.clone())
+                                .route("/", hello())
+                        })
+                    }
+                };
+                Ok::<_, Error>(started)
             };
-            match server {
-                Ok((addrs, server)) => {
-                    let _ = tx.send(addrs.first().copied().map(|a| (a, server.handle())));
+            match server.await {
+                Ok((addr, server)) => {
+                    let _ = tx.send(Ok((addr, server.handle())));
                     let _ = server.await;
                 }
-                Err(_) => {
-                    let _ = tx.send(None);
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
                 }
             }
         });
     });
-    rx.recv()?
-        .ok_or_else(|| "actix server did not start".into())
+    Ok(rx.recv()??)
 }
 
 fn resident_bytes() -> u64 {
