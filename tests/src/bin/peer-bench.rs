@@ -207,10 +207,18 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
     );
 
     // Handoff: the holder releases; how long until the waiter holds it?
+    // Each handoff starts after 3 ms of idle, and a round trip after idle
+    // costs more than one back to back (sleeping threads and vCPUs must be
+    // woken), so a PING after the same idle is measured alongside.
     let waiter = Lock::with_options(backend.clone(), "handoff", options)?;
     let holder = Lock::with_options(backend, "handoff", options)?;
     let mut ours = Vec::with_capacity(scale.handoffs);
+    let mut idle_pings = Vec::with_capacity(scale.handoffs);
     for _ in 0..scale.handoffs {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let started = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        idle_pings.push(started.elapsed());
         let guard = holder.try_lock().await?.ok_or("busy")?;
         let waiter = waiter.clone();
         let next = tokio::spawn(async move {
@@ -235,6 +243,13 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
             percentile(&mut ours, q),
             percentile(&mut theirs, q),
             percentile(&mut theirs_default, q),
+        );
+        let ping = percentile(&mut idle_pings, q);
+        println!(
+            "| handoff {label} | {} | one PING after the same 3 ms idle: {} | {:.2}x |",
+            micros(o),
+            micros(ping),
+            o.as_secs_f64() / ping.as_secs_f64()
         );
         for (reference, t) in [
             ("rslock, retry delay 10 ms", t),
