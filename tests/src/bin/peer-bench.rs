@@ -312,13 +312,21 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
     // number of servers, apart from the algorithm's fixed overhead.
     let red1 = Lock::with_options(Redlock::connect(&url_refs[..1]).await?, "red1", options)?;
     let red3 = Lock::with_options(Redlock::connect(&url_refs[..3]).await?, "red3", options)?;
+    // Redlock over 5 databases of the first server: the same five
+    // connections and requests, answered by one process instead of five.
+    let db_urls: Vec<String> = (0..5).map(|db| format!("{}{db}", urls[0])).collect();
+    let db_refs: Vec<&str> = db_urls.iter().map(String::as_str).collect();
+    let red_dbs = Lock::with_options(Redlock::connect(&db_refs).await?, "reddb", options)?;
     let theirs = rslock::LockManager::new(urls.clone());
     let n = scale.iterations / 4;
     // Acquire+release, and the acquire alone, for each lock.
-    let mut samples: [Vec<Duration>; 5] = Default::default();
-    let mut acquires: [Vec<Duration>; 5] = Default::default();
+    let mut samples: [Vec<Duration>; 6] = Default::default();
+    let mut acquires: [Vec<Duration>; 6] = Default::default();
     for _ in 0..n {
-        for (lock, out) in [&ours_lock, &red1, &red3].into_iter().zip([0, 2, 3]) {
+        for (lock, out) in [&ours_lock, &red1, &red3, &red_dbs]
+            .into_iter()
+            .zip([0, 2, 3, 5])
+        {
             let started = Instant::now();
             let guard = lock.try_lock().await?.ok_or("busy")?;
             acquires[out].push(started.elapsed());
@@ -342,7 +350,7 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
         ("acquire+release", &mut samples),
         ("acquire", &mut acquires),
     ] {
-        let [ours, one, one_of_red, three, rs] = samples;
+        let [ours, one, one_of_red, three, rs, dbs] = samples;
         for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
             let o = percentile(ours, q);
             for (reference, value) in [
@@ -350,6 +358,10 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
                 ("rslock (5 servers)", percentile(rs, q)),
                 ("ours, Redlock over 1 server", percentile(one_of_red, q)),
                 ("ours, Redlock over 3 servers", percentile(three, q)),
+                (
+                    "ours, Redlock over 5 databases of 1 server",
+                    percentile(dbs, q),
+                ),
             ] {
                 println!(
                     "| {operation}, {label} | {} | {reference}: {} | {:.2}x |",
