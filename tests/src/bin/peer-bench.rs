@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use lock_core::backend::{MemoryBackend, RedisBackend};
-use lock_core::lock::{Lock, LockOptions, Redlock};
+use lock_core::lock::{Lock, LockBackend, LockOptions, Redlock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::RedisServer;
 use lock_tests::bench::{Error, throughput_table};
@@ -301,6 +301,15 @@ async fn rslock_handoffs(
     Ok(theirs)
 }
 
+/// Times one uncontended acquire, and the acquire with its release.
+async fn timed<B: LockBackend>(lock: &Lock<B>) -> Result<(Duration, Duration), Error> {
+    let started = Instant::now();
+    let guard = lock.try_lock().await?.ok_or("busy")?;
+    let acquire = started.elapsed();
+    guard.release().await?;
+    Ok((acquire, started.elapsed()))
+}
+
 async fn redlock(scale: &Scale) -> Result<(), Error> {
     let servers = RedisServer::start_many(5);
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -327,17 +336,13 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
             .into_iter()
             .zip([0, 2, 3, 5])
         {
-            let started = Instant::now();
-            let guard = lock.try_lock().await?.ok_or("busy")?;
-            acquires[out].push(started.elapsed());
-            guard.release().await?;
-            samples[out].push(started.elapsed());
+            let (acquire, both) = timed(lock).await?;
+            acquires[out].push(acquire);
+            samples[out].push(both);
         }
-        let started = Instant::now();
-        let guard = single.try_lock().await?.ok_or("busy")?;
-        acquires[1].push(started.elapsed());
-        guard.release().await?;
-        samples[1].push(started.elapsed());
+        let (acquire, both) = timed(&single).await?;
+        acquires[1].push(acquire);
+        samples[1].push(both);
         let started = Instant::now();
         let lock = theirs.lock("rs-red", Duration::from_secs(10)).await?;
         acquires[4].push(started.elapsed());
@@ -371,6 +376,28 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
                 );
             }
         }
+    }
+    // The loop above runs in the main future, on the thread that blocks on
+    // the runtime, so each command crosses to a worker thread (where the
+    // connections' driver tasks run) and back. A request handler runs in a
+    // spawned task on a worker instead.
+    let spawned = tokio::spawn(async move {
+        let mut acquires: [Vec<Duration>; 2] = Default::default();
+        for _ in 0..n {
+            acquires[0].push(timed(&ours_lock).await?.0);
+            acquires[1].push(timed(&single).await?.0);
+        }
+        Ok::<_, Error>(acquires)
+    });
+    let [mut ours, mut one] = spawned.await??;
+    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+        let (o, value) = (percentile(&mut ours, q), percentile(&mut one, q));
+        println!(
+            "| acquire from a spawned task, {label} | {} | ours on 1 server (plain lock), also spawned: {} | {:.2}x |",
+            micros(o),
+            micros(value),
+            o.as_secs_f64() / value.as_secs_f64()
+        );
     }
     Ok(())
 }
