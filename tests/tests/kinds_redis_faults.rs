@@ -294,3 +294,90 @@ async fn redlock_refuses_what_it_cannot_do() {
     ));
     assert!(Redlock::new(Vec::<RedisBackend>::new()).is_err());
 }
+
+/// A Redlock waiter is woken by the release message of the servers, not by
+/// its retry delay, even with one server paused (its subscriber cannot be
+/// reached, so the others must do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waiters_are_woken_by_the_release() {
+    let servers = RedisServer::start_many(5);
+    // Without a wake-up, the waiter would retry 10 to 30 s later.
+    let client = redlock(&servers).await.retry_delay(Duration::from_secs(20));
+    let options = LockOptions::new().lease(Duration::from_secs(60));
+    let holder = Lock::with_options(client.clone(), "woken", options).expect("valid");
+    let waiter = Lock::with_options(client, "woken", options).expect("valid");
+    servers[3].pause();
+    let guard = holder
+        .try_lock()
+        .await
+        .expect("4 of 5 answer")
+        .expect("free");
+    let next = tokio::spawn(async move {
+        let guard = waiter
+            .lock(Duration::from_secs(60))
+            .await
+            .expect("backend")
+            .expect("waited 60 s");
+        let at = Instant::now();
+        assert!(guard.release().await.expect("backend"));
+        at
+    });
+    // Long enough for the waiter to be refused, subscribe and wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!next.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    assert!(guard.release().await.expect("backend"));
+    let took = next
+        .await
+        .expect("waiter panicked")
+        .saturating_duration_since(released);
+    servers[3].resume();
+    assert!(
+        took < Duration::from_secs(3),
+        "the waiter took {took:?} to get a released lock"
+    );
+}
+
+/// `SET` calls a server has answered so far.
+fn set_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+/// An attempt that gets only a minority takes back what it got without a
+/// release message: otherwise the waiter would wake itself (and every other
+/// waiter) into attempt after attempt while the holder keeps the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_failed_attempts_wake_no_one() {
+    let servers = RedisServer::start_many(5);
+    let options = LockOptions::new().lease(Duration::from_secs(60));
+    // The holder has the lock on servers 0 to 2, a majority of the five.
+    let holder =
+        Lock::with_options(redlock(&servers[..3]).await, "minority", options).expect("valid");
+    let guard = holder.try_lock().await.expect("backend").expect("free");
+    let waiter = Lock::with_options(
+        redlock(&servers)
+            .await
+            .retry_delay(Duration::from_millis(200)),
+        "minority",
+        options,
+    )
+    .expect("valid");
+    let before = set_calls(&servers[3]);
+    let wait = Duration::from_secs(2);
+    assert!(waiter.lock(wait).await.expect("backend").is_none());
+    // Each attempt gets servers 3 and 4 and gives them back. With one
+    // attempt per 100 to 300 ms, 2 s hold about 20 at most.
+    let attempts = set_calls(&servers[3]) - before;
+    assert!(
+        (2..=40).contains(&attempts),
+        "{attempts} attempts in {wait:?}"
+    );
+    assert!(guard.release().await.expect("backend"));
+}

@@ -120,6 +120,19 @@ where
             None => busy(ttl),
         })
     }
+
+    /// Compare-and-delete of a plain lock that wakes no one: how Redlock
+    /// takes back what a failed acquire got. A failed attempt must not wake
+    /// waiters, its own included, or contenders that each get a minority
+    /// would wake one another into attempt after attempt.
+    pub(crate) async fn undo_plain(&self, name: &Name, token: &str) -> Result<bool> {
+        let mut invocation = RELEASE.prepare_invoke();
+        invocation
+            .key(self.lock_keys(Kind::Plain, name).lock)
+            .arg(token)
+            .arg("");
+        Ok(self.invoke::<i64>(invocation).await? == 1)
+    }
 }
 
 impl<C> LockBackend for RedisBackend<C>
@@ -274,11 +287,28 @@ impl std::fmt::Debug for RedisWaiter {
 /// Poll period when pub/sub is not available.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Sleeps `min(max, POLL ± 50%)`.
-pub(super) async fn jittered_sleep(max: Duration, period: Duration) {
+/// `min(max, period ± 50%)`, drawn at random.
+pub(super) fn jittered(max: Duration, period: Duration) -> Duration {
     let half = u64::try_from(period.as_micros() / 2).unwrap_or(u64::MAX);
     let jitter = rand::rng().random_range(0..=2 * half);
-    tokio::time::sleep(max.min(Duration::from_micros(half + jitter))).await;
+    max.min(Duration::from_micros(half.saturating_add(jitter)))
+}
+
+impl RedisWaiter {
+    /// Whether the last [`arm`](ReleaseWaiter::arm) subscribed to the
+    /// channel, so that a release from then on wakes [`released`](Self::released).
+    pub(super) fn armed(&self) -> bool {
+        !self.polling
+    }
+
+    /// Waits for a release message (or a reconnect of the subscriber); never
+    /// returns when the waiter is not [`armed`](Self::armed).
+    pub(super) async fn released(&mut self) {
+        match self.subscription.as_mut() {
+            Some(subscription) if !self.polling => subscription.changed().await,
+            _ => std::future::pending().await,
+        }
+    }
 }
 
 impl ReleaseWaiter for RedisWaiter {
@@ -300,7 +330,7 @@ impl ReleaseWaiter for RedisWaiter {
             Some(subscription) if !self.polling => {
                 let _ = tokio::time::timeout(max, subscription.changed()).await;
             }
-            _ => jittered_sleep(max, POLL).await,
+            _ => tokio::time::sleep(jittered(max, POLL)).await,
         }
     }
 }

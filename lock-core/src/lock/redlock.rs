@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::redis::jittered_sleep;
+use super::redis::{RedisWaiter, jittered};
 use super::{AcquireRequest, Attempt, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{Error, Result};
@@ -22,7 +22,9 @@ use crate::key::Name;
 /// lease/100 + 2 ms and elapsed measured on a monotonic clock. On failure the
 /// lock is released on every server. Extension and release also go to every
 /// server and count a majority. Use it with [`Lock`](super::Lock) like any
-/// backend: guards, watchdog and lease-lost signal work the same.
+/// backend: guards, watchdog and lease-lost signal work the same, and
+/// waiters are woken by pub/sub when the holder releases (see
+/// [`RedlockWaiter`]).
 ///
 /// Plain locks only, without fencing tokens: N independent counters cannot
 /// give one monotonic sequence.
@@ -96,8 +98,10 @@ impl Redlock {
         self
     }
 
-    /// Mean delay between retries while the lock is busy (default 50 ms,
-    /// randomized by ±50%).
+    /// Longest wait between attempts while the lock is busy (default 50 ms,
+    /// randomized by ±50%). Waiters are woken earlier by the release
+    /// message of any server, so this bounds only how long a lost message
+    /// or an attempt that lost a race costs.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay.max(Duration::from_millis(1));
         self
@@ -250,11 +254,12 @@ impl LockBackend for Redlock {
             return Ok(Attempt::Acquired { fence: None });
         }
         // Not ours: undo everywhere, including servers whose answer was lost
-        // or not awaited.
+        // or not awaited, without waking waiters (a failed attempt frees
+        // nothing that another attempt could get).
         let _ = self
             .on_all(|server| {
                 let (name, token) = (name.clone(), token.to_owned());
-                async move { server.release(Kind::Plain, &name, &token).await }
+                async move { server.undo_plain(&name, &token).await }
             })
             .await;
         let answered = results.iter().filter(|r| r.is_ok()).count();
@@ -316,9 +321,17 @@ impl LockBackend for Redlock {
         Ok(results.iter().any(|r| matches!(r, Ok(true))))
     }
 
-    fn waiter(&self, _kind: Kind, _name: &Name, _token: &str) -> RedlockWaiter {
+    fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedlockWaiter {
+        let servers: Vec<_> = self
+            .servers
+            .iter()
+            .map(|server| server.waiter(kind, name, token))
+            .collect();
         RedlockWaiter {
             delay: self.retry_delay,
+            arm_timeout: self.per_server_timeout,
+            usable: vec![true; servers.len()],
+            servers,
         }
     }
 
@@ -327,17 +340,60 @@ impl LockBackend for Redlock {
     }
 }
 
-/// Waits between Redlock retries: a random delay around the retry delay, so
-/// competing clients do not retry in lockstep.
-#[derive(Debug)]
+/// Waits for a Redlock to be released: woken by the release message of any
+/// server (each server's shared pub/sub subscriber), and never waiting
+/// longer than a random delay around the retry delay, so a lost message or
+/// an attempt that lost a race costs one delay at most, and competing
+/// clients do not retry in lockstep.
+///
+/// A server whose subscriber cannot be reached within the per-server
+/// timeout is left out for the rest of that wait for the lock; the others
+/// still wake it.
 pub struct RedlockWaiter {
     delay: Duration,
+    arm_timeout: Duration,
+    servers: Vec<RedisWaiter>,
+    /// Per server: whether its pub/sub is used (cleared on the first failure).
+    usable: Vec<bool>,
+}
+
+impl std::fmt::Debug for RedlockWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockWaiter")
+            .field("delay", &self.delay)
+            .field("usable", &self.usable)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReleaseWaiter for RedlockWaiter {
-    async fn arm(&mut self) {}
+    async fn arm(&mut self) {
+        let timeout = self.arm_timeout;
+        let arms = self
+            .servers
+            .iter_mut()
+            .zip(self.usable.iter_mut())
+            .filter(|(_, usable)| **usable)
+            .map(|(server, usable)| async move {
+                let armed = tokio::time::timeout(timeout, server.arm()).await.is_ok();
+                *usable = armed && server.armed();
+            });
+        join_all(arms).await;
+    }
 
     async fn wait(&mut self, max: Duration) {
-        jittered_sleep(max, self.delay).await;
+        let bound = jittered(max, self.delay);
+        let mut released: FuturesUnordered<_> = self
+            .servers
+            .iter_mut()
+            .zip(&self.usable)
+            .filter(|(_, usable)| **usable)
+            .map(|(server, _)| server.released())
+            .collect();
+        if released.is_empty() {
+            tokio::time::sleep(bound).await;
+        } else {
+            let _ = tokio::time::timeout(bound, released.next()).await;
+        }
     }
 }
