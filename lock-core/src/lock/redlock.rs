@@ -348,7 +348,9 @@ impl LockBackend for Redlock {
 ///
 /// A server whose subscriber cannot be reached within the per-server
 /// timeout is left out for the rest of that wait for the lock; the others
-/// still wake it.
+/// still wake it. Servers wrapped without a subscriber
+/// ([`RedisBackend::from_connection`]) never wake it: with none, a waiter
+/// just waits out the delay.
 pub struct RedlockWaiter {
     delay: Duration,
     arm_timeout: Duration,
