@@ -200,3 +200,39 @@ async fn stock_keys_ttls() {
     let keys: Vec<String> = conn.keys("lock:{sku}:hold*").expect("KEYS");
     assert!(keys.is_empty(), "empty hold keys left: {keys:?}");
 }
+
+/// Redis keeps a key through the whole millisecond of its expiry, so a
+/// fixed-window counter whose `PTTL` is 0 is still there. The script counts
+/// it as gone: otherwise a refusal in that millisecond would say "retry in
+/// 0 ms", and a caller who waited out an earlier refusal's `retry_after`
+/// could be refused again. Checks made back to back across window ends land
+/// in that last millisecond many times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_refusals_always_say_a_millisecond_or_more() {
+    let (_server, backend) = redis_backend().await;
+    let quota =
+        Quota::new(NonZeroU32::new(1).expect("1"), Duration::from_millis(5)).expect("quota");
+    let limiter = RateLimiter::new(
+        backend,
+        "edge",
+        Policy::new(Algorithm::FixedWindow).quota(quota),
+    )
+    .expect("valid");
+    let mut refusals = 0;
+    for window in 0..30 {
+        let key = format!("w{window}");
+        assert!(limiter.check(&key).await.expect("backend").allowed);
+        loop {
+            let decision = limiter.check(&key).await.expect("backend");
+            if decision.allowed {
+                break;
+            }
+            refusals += 1;
+            assert!(
+                decision.retry_after >= Duration::from_millis(1),
+                "window {window}: {decision:?}"
+            );
+        }
+    }
+    assert!(refusals >= 30, "only {refusals} refusals were checked");
+}

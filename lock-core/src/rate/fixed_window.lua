@@ -2,6 +2,9 @@
 -- KEYS[i]: the counter of quota i (window starts at its first hit).
 -- ARGV[1]: cost (0 = just look); ARGV[2i], ARGV[2i+1]: limit, period in ms.
 -- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
+-- Redis keeps a key while its clock (whole milliseconds) is at its expiry, so
+-- a PTTL of 0 counts as gone: a window then lasts exactly its period, and a
+-- refusal's PTTL t is always enough to wait.
 local cost = tonumber(ARGV[1])
 if #KEYS == 1 then
   -- One quota (the common case): the same rules as below, inline and
@@ -9,9 +12,9 @@ if #KEYS == 1 then
   -- and so do local functions (a closure per call), hence the repetition.
   local key, limit, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
   local ttl = redis.call('PTTL', key)
-  local count = 0
-  if ttl == -2 then
-    ttl = 0
+  local count, fresh = 0, false
+  if ttl == -2 or ttl == 0 then
+    ttl, fresh = 0, true
     if cost > 0 then ttl = period end
   else
     count = tonumber(redis.call('GET', key))
@@ -25,19 +28,22 @@ if #KEYS == 1 then
     if remaining < 0 then remaining = 0 end
     return {0, 0, remaining, ttl * 1000, ttl * 1000}
   end
-  if cost > 0 then
+  if fresh and cost > 0 then
+    redis.call('SET', key, cost, 'PX', period)
+    count = cost
+  elseif cost > 0 then
     count = redis.call('INCRBY', key, cost)
-    if count == cost then redis.call('PEXPIRE', key, period) end
   end
   return {1, 0, limit - count, ttl * 1000, 0}
 end
-local counts, ttls, limits = {}, {}, {}
+local counts, ttls, limits, fresh = {}, {}, {}, {}
 local allowed = 1
 for i = 1, #KEYS do
   local limit, period = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
   local count = tonumber(redis.call('GET', KEYS[i]) or '0')
   local ttl = redis.call('PTTL', KEYS[i])
-  if ttl == -2 then
+  fresh[i] = ttl == -2 or ttl == 0
+  if fresh[i] then
     count, ttl = 0, 0
     if cost > 0 then ttl = period end
   elseif ttl == -1 then
@@ -51,10 +57,11 @@ end
 local best
 if allowed == 1 then
   for i = 1, #KEYS do
-    if cost > 0 then
-      local v = redis.call('INCRBY', KEYS[i], cost)
-      if v == cost then redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2 * i + 1])) end
-      counts[i] = v
+    if fresh[i] and cost > 0 then
+      redis.call('SET', KEYS[i], cost, 'PX', tonumber(ARGV[2 * i + 1]))
+      counts[i] = cost
+    elseif cost > 0 then
+      counts[i] = redis.call('INCRBY', KEYS[i], cost)
     end
     if best == nil or limits[i] - counts[i] < limits[best] - counts[best] then best = i end
   end
