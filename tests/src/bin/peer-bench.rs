@@ -411,13 +411,15 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
     // Handoff over the 5 servers: our waiter is woken by the release
     // message, rslock's retries after a random delay. Ours is also shown
     // with its retry delay raised to 10 s, so only a wake-up can explain
-    // a fast handoff.
-    let red = Redlock::connect(&url_refs).await?;
-    let holder = Lock::with_options(red.clone(), "red-handoff", options)?;
-    let waiter = Lock::with_options(red.clone(), "red-handoff", options)?;
-    let slow = red.retry_delay(Duration::from_secs(10));
-    let slow_holder = Lock::with_options(slow.clone(), "red-handoff", options)?;
+    // a fast handoff. Holder and waiter are separate clients with
+    // connections of their own, as rslock's are.
+    let holder = Lock::with_options(Redlock::connect(&url_refs).await?, "red-handoff", options)?;
+    let waiter = Lock::with_options(Redlock::connect(&url_refs).await?, "red-handoff", options)?;
+    let slow = Redlock::connect(&url_refs)
+        .await?
+        .retry_delay(Duration::from_secs(10));
     let slow_waiter = Lock::with_options(slow, "red-handoff", options)?;
+    let slow_holder = holder.clone();
     let handoffs = scale.handoffs / 3;
     let (mut ours, mut ours_slow) = (Vec::new(), Vec::new());
     for _ in 0..handoffs {
