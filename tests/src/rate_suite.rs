@@ -220,16 +220,34 @@ pub async fn fixed_window_resets<B: RateBackend>(backend: B) {
 /// still weighs, so far fewer than `limit` calls are allowed.
 pub async fn sliding_window_weighs_previous<B: RateBackend>(backend: B) {
     let limiter = limiter(&backend, Algorithm::SlidingWindow, &[quota(10, 1000)]);
-    let mut last = hit(&limiter, "sw", 1).await;
+    // All ten calls must land in one window. Windows are aligned to the
+    // backend's clock; a first call tells how far into its window it is
+    // (reset_after = 2 periods - elapsed): too close to the end, start over
+    // with a new key in the next window.
+    let mut attempt = 0;
+    let (key, mut last) = loop {
+        let key = format!("sw{attempt}");
+        let first = hit(&limiter, &key, 1).await;
+        assert!(first.allowed, "{first:?}");
+        let left_in_window = first
+            .reset_after
+            .saturating_sub(Duration::from_millis(1000));
+        if left_in_window >= Duration::from_millis(200) {
+            break (key, first);
+        }
+        attempt += 1;
+        assert!(attempt < 5, "never early enough in a window");
+        tokio::time::sleep(left_in_window + Duration::from_millis(10)).await;
+    };
     for _ in 0..9 {
-        last = hit(&limiter, "sw", 1).await;
+        last = hit(&limiter, &key, 1).await;
         assert!(last.allowed, "{last:?}");
     }
     // reset_after = time to the end of the next window; go 100 ms into it.
     let to_next_window = last.reset_after.saturating_sub(Duration::from_millis(1000));
     tokio::time::sleep(to_next_window + Duration::from_millis(100)).await;
     let mut allowed = 0;
-    while hit(&limiter, "sw", 1).await.allowed {
+    while hit(&limiter, &key, 1).await.allowed {
         allowed += 1;
         assert!(allowed <= 10, "sliding window allowed more than the limit");
     }
@@ -239,17 +257,18 @@ pub async fn sliding_window_weighs_previous<B: RateBackend>(backend: B) {
     );
 }
 
-/// GCRA: after the burst, one call per `period / limit`.
+/// GCRA: after the burst, one call per `period / limit` (1 s here, so that
+/// a sleep that oversleeps on a busy machine does not bring two back).
 pub async fn gcra_replenishes_gradually<B: RateBackend>(backend: B) {
-    let limiter = limiter(&backend, Algorithm::Gcra, &[quota(10, 1000)]);
+    let limiter = limiter(&backend, Algorithm::Gcra, &[quota(10, 10_000)]);
     for _ in 0..10 {
         assert!(hit(&limiter, "gcra", 1).await.allowed);
     }
     let refused = hit(&limiter, "gcra", 1).await;
     assert!(!refused.allowed);
     assert!(
-        refused.retry_after <= Duration::from_millis(100),
-        "one unit comes back every 100 ms: {refused:?}"
+        refused.retry_after <= Duration::from_millis(1000),
+        "one unit comes back every second: {refused:?}"
     );
     tokio::time::sleep(refused.retry_after).await;
     assert!(hit(&limiter, "gcra", 1).await.allowed);
