@@ -73,14 +73,19 @@ struct View {
 }
 
 impl View {
-    fn of(request: &HttpRequest) -> Self {
-        let mut headers = http::HeaderMap::with_capacity(request.headers().len());
-        for (name, value) in request.headers() {
-            if let (Ok(name), Ok(value)) = (
-                http::HeaderName::from_bytes(name.as_str().as_bytes()),
-                http::HeaderValue::from_bytes(value.as_bytes()),
-            ) {
-                headers.append(name, value);
+    /// The view of `request`, with its headers only when `with_headers`
+    /// (when the key extractor or a cost function reads them).
+    fn of(request: &HttpRequest, with_headers: bool) -> Self {
+        let mut headers = http::HeaderMap::new();
+        if with_headers {
+            headers.reserve(request.headers().len());
+            for (name, value) in request.headers() {
+                if let (Ok(name), Ok(value)) = (
+                    http::HeaderName::from_bytes(name.as_str().as_bytes()),
+                    http::HeaderValue::from_bytes(value.as_bytes()),
+                ) {
+                    headers.append(name, value);
+                }
             }
         }
         let mut extensions = http::Extensions::new();
@@ -222,7 +227,7 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let (service, limit) = (self.service.clone(), self.limit.clone());
         Box::pin(async move {
-            let view = View::of(request.request());
+            let view = View::of(request.request(), limit.reads_headers());
             match limit.decide(view.parts()).await {
                 RateVerdict::Allow(decision) => {
                     let mut response = service.call(request).await?;
@@ -305,7 +310,7 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let (service, locker) = (self.service.clone(), self.locker.clone());
         Box::pin(async move {
-            let view = View::of(request.request());
+            let view = View::of(request.request(), locker.reads_headers());
             let held = match locker.acquire(view.parts()).await {
                 LockVerdict::Proceed(held) => held,
                 LockVerdict::Respond(response) => {
@@ -386,7 +391,7 @@ impl FromRequest for Locked {
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
         let locker = request.app_data::<RouteLock>().cloned();
-        let view = View::of(request);
+        let view = View::of(request, locker.as_ref().is_none_or(|l| l.0.reads_headers()));
         Box::pin(async move {
             let Some(locker) = locker else {
                 return Err(not_configured("RouteLock app data"));
@@ -441,7 +446,7 @@ impl FromRequest for RateDecision {
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
         let limit = request.app_data::<RouteRateLimit>().cloned();
-        let view = View::of(request);
+        let view = View::of(request, limit.as_ref().is_none_or(|l| l.0.reads_headers()));
         Box::pin(async move {
             let Some(limit) = limit else {
                 return Err(not_configured("RouteRateLimit app data"));

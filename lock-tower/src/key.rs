@@ -103,6 +103,20 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
         f(self.extract(request).as_deref())
     }
+
+    /// Whether the key depends on the request's headers (default `true`).
+    /// Adapters that must first copy a request into `http` types (lock-actix:
+    /// actix-web 4 has its own) leave the headers out when it says `false`.
+    /// An extractor that never reads them should say so.
+    ///
+    /// ```
+    /// use lock_tower::key::{ClientIp, KeyExtractor, PeerIp};
+    /// assert!(!PeerIp::new().reads_headers());
+    /// assert!(ClientIp::new([]).reads_headers());
+    /// ```
+    fn reads_headers(&self) -> bool {
+        true
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -230,6 +244,10 @@ impl KeyExtractor for PeerIp {
             Some(peer) => f(Some(IpKey::new(peer.ip(), self.v6_prefix).as_str())),
             None => f(None),
         }
+    }
+
+    fn reads_headers(&self) -> bool {
+        false
     }
 }
 
@@ -408,6 +426,10 @@ impl KeyExtractor for PathKey {
     fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
         f(Some(request.uri.path()))
     }
+
+    fn reads_headers(&self) -> bool {
+        false
+    }
 }
 
 /// The same key for every request: one limit for the whole service.
@@ -439,6 +461,10 @@ impl KeyExtractor for GlobalKey {
 
     fn with_key<R>(&self, _request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
         f(Some(&self.0))
+    }
+
+    fn reads_headers(&self) -> bool {
+        false
     }
 }
 

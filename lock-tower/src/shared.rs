@@ -14,6 +14,7 @@ use crate::{ConcurrencyLimitLayer, LockLayer, LockVerdict, RateLimitLayer, RateV
 trait DecideRate: Send + Sync {
     fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
     fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision);
+    fn reads_headers(&self) -> bool;
 }
 
 impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
@@ -23,6 +24,10 @@ impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
 
     fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
         RateLimitLayer::apply_headers(self, headers, decision);
+    }
+
+    fn reads_headers(&self) -> bool {
+        RateLimitLayer::reads_headers(self)
     }
 }
 
@@ -45,6 +50,11 @@ impl SharedRateLimit {
     pub fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
         self.0.apply_headers(headers, decision);
     }
+
+    /// See [`RateLimitLayer::reads_headers`].
+    pub fn reads_headers(&self) -> bool {
+        self.0.reads_headers()
+    }
 }
 
 impl std::fmt::Debug for SharedRateLimit {
@@ -56,6 +66,7 @@ impl std::fmt::Debug for SharedRateLimit {
 trait AcquireLock: Send + Sync {
     fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
     fn cancels_on_lease_loss(&self) -> bool;
+    fn reads_headers(&self) -> bool;
 }
 
 impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
@@ -66,6 +77,10 @@ impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
     fn cancels_on_lease_loss(&self) -> bool {
         LockLayer::cancels_on_lease_loss(self)
     }
+
+    fn reads_headers(&self) -> bool {
+        LockLayer::reads_headers(self)
+    }
 }
 
 impl<B: LockBackend, K: KeyExtractor> AcquireLock for ConcurrencyLimitLayer<B, K> {
@@ -75,6 +90,10 @@ impl<B: LockBackend, K: KeyExtractor> AcquireLock for ConcurrencyLimitLayer<B, K
 
     fn cancels_on_lease_loss(&self) -> bool {
         ConcurrencyLimitLayer::cancels_on_lease_loss(self)
+    }
+
+    fn reads_headers(&self) -> bool {
+        ConcurrencyLimitLayer::reads_headers(self)
     }
 }
 
@@ -104,6 +123,11 @@ impl SharedLock {
     /// See [`LockLayer::cancels_on_lease_loss`].
     pub fn cancels_on_lease_loss(&self) -> bool {
         self.0.cancels_on_lease_loss()
+    }
+
+    /// See [`LockLayer::reads_headers`].
+    pub fn reads_headers(&self) -> bool {
+        self.0.reads_headers()
     }
 }
 

@@ -11,18 +11,21 @@ use http::StatusCode;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::http::{TestClient, TestServer};
-use lock_tower::key::{GlobalKey, PathKey};
+use lock_tower::key::{GlobalKey, HeaderKey, PathKey, PeerIp};
 use lock_tower::{LockLayer, RateLimitLayer};
 
-fn two_per_minute(scope: &str) -> RateLimitLayer<MemoryBackend, GlobalKey> {
-    let quota = Quota::per_minute(NonZeroU32::new(2).expect("2"));
-    let limiter = RateLimiter::new(
+fn per_minute(scope: &str, limit: u32) -> RateLimiter<MemoryBackend> {
+    let quota = Quota::per_minute(NonZeroU32::new(limit).expect("positive"));
+    RateLimiter::new(
         MemoryBackend::new(),
         scope,
         Policy::new(Algorithm::FixedWindow).quota(quota),
     )
-    .expect("valid");
-    RateLimitLayer::new(limiter, GlobalKey::new())
+    .expect("valid")
+}
+
+fn two_per_minute(scope: &str) -> RateLimitLayer<MemoryBackend, GlobalKey> {
+    RateLimitLayer::new(per_minute(scope, 2), GlobalKey::new())
 }
 
 #[derive(Clone)]
@@ -163,4 +166,53 @@ async fn actix_key_lock_middleware_and_rate_decision() {
         bodies.push(String::from_utf8_lossy(&reply.body).into_owned());
     }
     assert_eq!(bodies, ["go", "go", "handler says no"]);
+}
+
+/// actix-web requests are copied into `http` types for the key extractors,
+/// headers only when the extractor or a cost function reads them: keys and
+/// costs taken from headers must still see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_keys_and_costs_still_see_the_headers_they_read() {
+    use actix_web::{HttpResponse, web};
+    let by_header = RateLimitLayer::new(
+        per_minute("by-header", 2),
+        HeaderKey::new(http::HeaderName::from_static("x-user")),
+    );
+    let by_peer = RateLimitLayer::new(per_minute("by-peer", 5), PeerIp::new());
+    let costed = by_peer.clone().cost(|request| {
+        request
+            .headers
+            .get("x-cost")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    });
+    assert!(by_header.reads_headers());
+    assert!(!by_peer.reads_headers());
+    assert!(costed.reads_headers());
+    assert!(!LockLayer::new(MemoryBackend::new(), PathKey).reads_headers());
+
+    let (by_header, costed) = (
+        lock_actix::RateLimit::new(by_header),
+        lock_actix::RateLimit::new(costed),
+    );
+    let addr = actix(move || {
+        let ok = || web::get().to(|| async { HttpResponse::Ok().body("ok") });
+        actix_web::App::new()
+            .service(web::scope("/user").wrap(by_header.clone()).route("", ok()))
+            .service(web::scope("/cost").wrap(costed.clone()).route("", ok()))
+    });
+    let client = TestClient::new();
+    let user = format!("http://{addr}/user");
+    let mut statuses = Vec::new();
+    for who in ["a", "a", "a", "b"] {
+        statuses.push(client.get(&user, &[("x-user", who)]).await.status);
+    }
+    let (ok, limited) = (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(statuses, [ok, ok, limited, ok]);
+
+    let cost = format!("http://{addr}/cost");
+    let reply = client.get(&cost, &[("x-cost", "5")]).await;
+    assert_eq!(reply.status, ok);
+    assert!(reply.header("ratelimit").contains(";r=0"), "{reply:?}");
+    assert_eq!(client.get(&cost, &[("x-cost", "1")]).await.status, limited);
 }

@@ -130,6 +130,11 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     pub fn cancels_on_lease_loss(&self) -> bool {
         self.cancel_on_loss
     }
+
+    /// Whether the key extractor reads the request's headers.
+    pub fn reads_headers(&self) -> bool {
+        self.key.reads_headers()
+    }
 }
 
 impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
@@ -175,6 +180,11 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
     /// Whether handlers are cancelled when the lease is lost.
     pub fn cancels_on_lease_loss(&self) -> bool {
         self.0.cancel_on_loss
+    }
+
+    /// Whether the key extractor reads the request's headers.
+    pub fn reads_headers(&self) -> bool {
+        self.0.reads_headers()
     }
 
     /// Takes a permit for `request` as the layer's services do.

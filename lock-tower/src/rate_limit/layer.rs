@@ -172,6 +172,12 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.shared.metrics.clone()
     }
 
+    /// Whether a decision reads the request's headers: the key extractor
+    /// says so, or a [`cost`](Self::cost) function is set (it may read them).
+    pub fn reads_headers(&self) -> bool {
+        self.shared.key.reads_headers() || self.shared.cost.is_some()
+    }
+
     /// The limiter.
     pub fn limiter(&self) -> &RateLimiter<B> {
         &self.shared.limiter
