@@ -245,16 +245,22 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
             ("rslock, retry delay 10 ms", t),
             ("rslock, default retry delay 200 ms", d),
         ] {
-            println!(
-                "| handoff {label} | {} | {reference}: {} | {:.3}x ({:.1}x faster) |",
-                micros(o),
-                micros(t),
-                o.as_secs_f64() / t.as_secs_f64(),
-                t.as_secs_f64() / o.as_secs_f64().max(1e-9)
-            );
+            handoff_row(label, o, reference, t);
         }
     }
     Ok(())
+}
+
+/// A handoff table row: ours against a reference, as a ratio and as how
+/// many times faster.
+fn handoff_row(label: &str, ours: Duration, reference: &str, value: Duration) {
+    println!(
+        "| handoff {label} | {} | {reference}: {} | {:.3}x ({:.1}x faster) |",
+        micros(ours),
+        micros(value),
+        ours.as_secs_f64() / value.as_secs_f64(),
+        value.as_secs_f64() / ours.as_secs_f64().max(1e-9)
+    );
 }
 
 /// One handoff: `holder` takes the lock and `waiter`, in a spawned task,
@@ -451,13 +457,7 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
                 percentile(&mut theirs_default, q),
             ),
         ] {
-            println!(
-                "| handoff {label} | {} | {reference}: {} | {:.3}x ({:.1}x faster) |",
-                micros(o),
-                micros(value),
-                o.as_secs_f64() / value.as_secs_f64(),
-                value.as_secs_f64() / o.as_secs_f64().max(1e-9)
-            );
+            handoff_row(label, o, reference, value);
         }
     }
     Ok(())
