@@ -301,6 +301,15 @@ impl RedisWaiter {
         !self.polling
     }
 
+    /// [`arm`](ReleaseWaiter::arm) bounded by `timeout`; past it, the waiter
+    /// counts as not armed. Says whether it is armed.
+    pub(super) async fn arm_within(&mut self, timeout: Duration) -> bool {
+        if tokio::time::timeout(timeout, self.arm()).await.is_err() {
+            self.polling = true;
+        }
+        self.armed()
+    }
+
     /// Waits for a release message (or a reconnect of the subscriber); never
     /// returns when the waiter is not [`armed`](Self::armed).
     pub(super) async fn released(&mut self) {
@@ -326,11 +335,10 @@ impl ReleaseWaiter for RedisWaiter {
     }
 
     async fn wait(&mut self, max: Duration) {
-        match self.subscription.as_mut() {
-            Some(subscription) if !self.polling => {
-                let _ = tokio::time::timeout(max, subscription.changed()).await;
-            }
-            _ => tokio::time::sleep(jittered(max, POLL)).await,
+        if self.armed() {
+            let _ = tokio::time::timeout(max, self.released()).await;
+        } else {
+            tokio::time::sleep(jittered(max, POLL)).await;
         }
     }
 }

@@ -322,16 +322,14 @@ impl LockBackend for Redlock {
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedlockWaiter {
-        let servers: Vec<_> = self
-            .servers
-            .iter()
-            .map(|server| server.waiter(kind, name, token))
-            .collect();
         RedlockWaiter {
             delay: self.retry_delay,
             arm_timeout: self.per_server_timeout,
-            usable: vec![true; servers.len()],
-            servers,
+            servers: self
+                .servers
+                .iter()
+                .map(|server| server.waiter(kind, name, token))
+                .collect(),
         }
     }
 
@@ -354,16 +352,16 @@ impl LockBackend for Redlock {
 pub struct RedlockWaiter {
     delay: Duration,
     arm_timeout: Duration,
+    /// The servers whose release messages still wake this waiter; one that
+    /// fails to arm is dropped (and its channel left).
     servers: Vec<RedisWaiter>,
-    /// Per server: whether its pub/sub is used (cleared on the first failure).
-    usable: Vec<bool>,
 }
 
 impl std::fmt::Debug for RedlockWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedlockWaiter")
             .field("delay", &self.delay)
-            .field("usable", &self.usable)
+            .field("listening_to", &self.servers.len())
             .finish_non_exhaustive()
     }
 }
@@ -371,27 +369,14 @@ impl std::fmt::Debug for RedlockWaiter {
 impl ReleaseWaiter for RedlockWaiter {
     async fn arm(&mut self) {
         let timeout = self.arm_timeout;
-        let arms = self
-            .servers
-            .iter_mut()
-            .zip(self.usable.iter_mut())
-            .filter(|(_, usable)| **usable)
-            .map(|(server, usable)| async move {
-                let armed = tokio::time::timeout(timeout, server.arm()).await.is_ok();
-                *usable = armed && server.armed();
-            });
-        join_all(arms).await;
+        join_all(self.servers.iter_mut().map(|s| s.arm_within(timeout))).await;
+        self.servers.retain(RedisWaiter::armed);
     }
 
     async fn wait(&mut self, max: Duration) {
         let bound = jittered(max, self.delay);
-        let mut released: FuturesUnordered<_> = self
-            .servers
-            .iter_mut()
-            .zip(&self.usable)
-            .filter(|(_, usable)| **usable)
-            .map(|(server, _)| server.released())
-            .collect();
+        let mut released: FuturesUnordered<_> =
+            self.servers.iter_mut().map(RedisWaiter::released).collect();
         if released.is_empty() {
             tokio::time::sleep(bound).await;
         } else {
