@@ -57,7 +57,7 @@ use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
 use lock_core::rate::RateBackend;
-use lock_tower::key::{KeyExtractor, RequestParts};
+use lock_tower::key::{HeadersRead, KeyExtractor, RequestParts};
 use lock_tower::{
     ConcurrencyLimitLayer, HandlerDecision, HeldLock, LockLayer, LockVerdict, RateLimitLayer,
     RateVerdict, SharedLock, SharedRateLimit,
@@ -73,18 +73,30 @@ struct View {
 }
 
 impl View {
-    /// The view of `request`, with its headers only when `with_headers`
-    /// (when the key extractor or a cost function reads them).
-    fn of(request: &HttpRequest, with_headers: bool) -> Self {
+    /// The view of `request`, with the header fields the key extractor or
+    /// a cost function reads (`read`), and no others.
+    fn of(request: &HttpRequest, read: HeadersRead<'_>) -> Self {
         let mut headers = http::HeaderMap::new();
-        if with_headers {
-            headers.reserve(request.headers().len());
-            for (name, value) in request.headers() {
-                if let (Ok(name), Ok(value)) = (
-                    http::HeaderName::from_bytes(name.as_str().as_bytes()),
-                    http::HeaderValue::from_bytes(value.as_bytes()),
-                ) {
-                    headers.append(name, value);
+        match read {
+            HeadersRead::None => {}
+            HeadersRead::Only(names) => {
+                for name in names {
+                    for value in request.headers().get_all(name.as_str()) {
+                        if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                            headers.append(name.clone(), value);
+                        }
+                    }
+                }
+            }
+            _ => {
+                headers.reserve(request.headers().len());
+                for (name, value) in request.headers() {
+                    if let (Ok(name), Ok(value)) = (
+                        http::HeaderName::from_bytes(name.as_str().as_bytes()),
+                        http::HeaderValue::from_bytes(value.as_bytes()),
+                    ) {
+                        headers.append(name, value);
+                    }
                 }
             }
         }
@@ -227,7 +239,7 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let (service, limit) = (self.service.clone(), self.limit.clone());
         Box::pin(async move {
-            let view = View::of(request.request(), limit.reads_headers());
+            let view = View::of(request.request(), limit.headers_read());
             match limit.decide(view.parts()).await {
                 RateVerdict::Allow(decision) => {
                     let mut response = service.call(request).await?;
@@ -310,7 +322,7 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let (service, locker) = (self.service.clone(), self.locker.clone());
         Box::pin(async move {
-            let view = View::of(request.request(), locker.reads_headers());
+            let view = View::of(request.request(), locker.headers_read());
             let held = match locker.acquire(view.parts()).await {
                 LockVerdict::Proceed(held) => held,
                 LockVerdict::Respond(response) => {
@@ -390,12 +402,11 @@ impl FromRequest for Locked {
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        let locker = request.app_data::<RouteLock>().cloned();
-        let view = View::of(request, locker.as_ref().is_none_or(|l| l.0.reads_headers()));
+        let Some(locker) = request.app_data::<RouteLock>().cloned() else {
+            return Box::pin(ready(Err(not_configured("RouteLock app data"))));
+        };
+        let view = View::of(request, locker.0.headers_read());
         Box::pin(async move {
-            let Some(locker) = locker else {
-                return Err(not_configured("RouteLock app data"));
-            };
             match locker.0.acquire(view.parts()).await {
                 LockVerdict::Proceed(held) => Ok(Locked(held)),
                 LockVerdict::Respond(response) => Err(Rejection(response)),
@@ -445,12 +456,11 @@ impl FromRequest for RateDecision {
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        let limit = request.app_data::<RouteRateLimit>().cloned();
-        let view = View::of(request, limit.as_ref().is_none_or(|l| l.0.reads_headers()));
+        let Some(limit) = request.app_data::<RouteRateLimit>().cloned() else {
+            return Box::pin(ready(Err(not_configured("RouteRateLimit app data"))));
+        };
+        let view = View::of(request, limit.0.headers_read());
         Box::pin(async move {
-            let Some(limit) = limit else {
-                return Err(not_configured("RouteRateLimit app data"));
-            };
             limit
                 .0
                 .decide_for_handler(view.parts(), false)

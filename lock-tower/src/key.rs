@@ -104,18 +104,54 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
         f(self.extract(request).as_deref())
     }
 
-    /// Whether the key depends on the request's headers (default `true`).
+    /// Which header fields the key depends on (default: all of them).
     /// Adapters that must first copy a request into `http` types (lock-actix:
-    /// actix-web 4 has its own) leave the headers out when it says `false`.
-    /// An extractor that never reads them should say so.
+    /// actix-web 4 has its own) copy only these. An extractor that reads no
+    /// header, or only some, should say so.
     ///
     /// ```
-    /// use lock_tower::key::{ClientIp, KeyExtractor, PeerIp};
-    /// assert!(!PeerIp::new().reads_headers());
-    /// assert!(ClientIp::new([]).reads_headers());
+    /// use http::HeaderName;
+    /// use lock_tower::key::{ClientIp, HeaderKey, HeadersRead, KeyExtractor, PeerIp};
+    /// assert_eq!(PeerIp::new().headers_read(), HeadersRead::None);
+    /// let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    /// assert_eq!(api_key.headers_read(), HeadersRead::Only(&[HeaderName::from_static("x-api-key")]));
+    /// let key = |_: lock_tower::key::RequestParts<'_>| Some("k".to_owned());
+    /// assert_eq!(key.headers_read(), HeadersRead::All);
     /// ```
-    fn reads_headers(&self) -> bool {
-        true
+    fn headers_read(&self) -> HeadersRead<'_> {
+        HeadersRead::All
+    }
+}
+
+/// The header fields a key (or a rate-limit cost) depends on; see
+/// [`KeyExtractor::headers_read`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeadersRead<'a> {
+    /// No header field: the key comes from the peer address, the URI or
+    /// nothing.
+    None,
+    /// Only the fields of these names.
+    Only(&'a [HeaderName]),
+    /// Any field.
+    All,
+}
+
+impl HeadersRead<'_> {
+    /// Whether a field named `name` (lowercase, as both `http` and actix-web
+    /// keep names) may be read.
+    ///
+    /// ```
+    /// use lock_tower::key::HeadersRead;
+    /// assert!(HeadersRead::All.includes("cookie"));
+    /// assert!(!HeadersRead::None.includes("cookie"));
+    /// ```
+    pub fn includes(&self, name: &str) -> bool {
+        match self {
+            HeadersRead::None => false,
+            HeadersRead::Only(names) => names.iter().any(|n| n.as_str() == name),
+            HeadersRead::All => true,
+        }
     }
 }
 
@@ -246,8 +282,8 @@ impl KeyExtractor for PeerIp {
         }
     }
 
-    fn reads_headers(&self) -> bool {
-        false
+    fn headers_read(&self) -> HeadersRead<'_> {
+        HeadersRead::None
     }
 }
 
@@ -310,32 +346,35 @@ impl ClientIp {
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
-    /// The hops in the forwarding header, left (client) to right (last proxy).
-    fn hops<'h>(&self, headers: &'h HeaderMap) -> Vec<&'h str> {
-        let name: HeaderName = match self.header {
-            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            ForwardedHeader::Forwarded => FORWARDED,
-        };
-        let mut hops = Vec::new();
-        for value in headers.get_all(&name) {
-            let Ok(value) = value.to_str() else {
-                hops.push("");
-                continue;
-            };
-            for element in value.split(',') {
-                let hop = match self.header {
-                    ForwardedHeader::XForwardedFor => element.trim(),
-                    ForwardedHeader::Forwarded => element
-                        .split(';')
-                        .filter_map(|pair| pair.trim().split_once('='))
-                        .find(|(k, _)| k.trim().eq_ignore_ascii_case("for"))
-                        .map(|(_, v)| v.trim().trim_matches('"'))
-                        .unwrap_or_default(),
-                };
-                hops.push(hop);
-            }
+    /// The forwarding field read.
+    fn field(&self) -> &'static HeaderName {
+        static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+        static FORWARDED_FIELD: HeaderName = FORWARDED;
+        match self.header {
+            ForwardedHeader::XForwardedFor => &X_FORWARDED_FOR,
+            ForwardedHeader::Forwarded => &FORWARDED_FIELD,
         }
-        hops
+    }
+
+    /// The hops in the forwarding field, right (last proxy) to left
+    /// (client), across repeated fields; an unreadable field value is one
+    /// empty hop.
+    fn hops_from_right<'h>(&self, headers: &'h HeaderMap) -> impl Iterator<Item = &'h str> {
+        let header = self.header;
+        headers
+            .get_all(self.field())
+            .iter()
+            .rev()
+            .flat_map(|value| value.to_str().unwrap_or("").rsplit(','))
+            .map(move |element| match header {
+                ForwardedHeader::XForwardedFor => element.trim(),
+                ForwardedHeader::Forwarded => element
+                    .split(';')
+                    .filter_map(|pair| pair.trim().split_once('='))
+                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("for"))
+                    .map(|(_, v)| v.trim().trim_matches('"'))
+                    .unwrap_or_default(),
+            })
     }
 }
 
@@ -358,9 +397,8 @@ impl ClientIp {
         if !self.is_trusted(peer) {
             return Some(peer);
         }
-        let hops = self.hops(request.headers);
         let mut client = peer;
-        for hop in hops.iter().rev() {
+        for hop in self.hops_from_right(request.headers) {
             // An unreadable hop cannot be trusted to be a proxy: stop at the
             // last address we could read.
             let Some(ip) = parse_hop(hop) else { break };
@@ -383,6 +421,10 @@ impl KeyExtractor for ClientIp {
             Some(ip) => f(Some(IpKey::new(ip, self.v6_prefix).as_str())),
             None => f(None),
         }
+    }
+
+    fn headers_read(&self) -> HeadersRead<'_> {
+        HeadersRead::Only(std::slice::from_ref(self.field()))
     }
 }
 
@@ -412,6 +454,10 @@ impl KeyExtractor for HeaderKey {
     fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
         f(self.value(request))
     }
+
+    fn headers_read(&self) -> HeadersRead<'_> {
+        HeadersRead::Only(std::slice::from_ref(&self.0))
+    }
 }
 
 /// The request path (e.g. one lock per `/orders/42`).
@@ -427,8 +473,8 @@ impl KeyExtractor for PathKey {
         f(Some(request.uri.path()))
     }
 
-    fn reads_headers(&self) -> bool {
-        false
+    fn headers_read(&self) -> HeadersRead<'_> {
+        HeadersRead::None
     }
 }
 
@@ -463,8 +509,8 @@ impl KeyExtractor for GlobalKey {
         f(Some(&self.0))
     }
 
-    fn reads_headers(&self) -> bool {
-        false
+    fn headers_read(&self) -> HeadersRead<'_> {
+        HeadersRead::None
     }
 }
 
@@ -540,6 +586,20 @@ mod tests {
         let req = request(
             "10.0.0.2:5000",
             &[("x-forwarded-for", "6.6.6.6, garbage, 10.0.0.1")],
+        );
+        assert_eq!(
+            client_ip().extract(RequestParts::new(&req)).as_deref(),
+            Some("10.0.0.1")
+        );
+        // A field value that is not text stops the walk the same way.
+        let mut req = request("10.0.0.2:5000", &[("x-forwarded-for", "6.6.6.6")]);
+        req.headers_mut().append(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        req.headers_mut().append(
+            "x-forwarded-for",
+            http::HeaderValue::from_static("10.0.0.1"),
         );
         assert_eq!(
             client_ip().extract(RequestParts::new(&req)).as_deref(),

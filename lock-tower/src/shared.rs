@@ -8,13 +8,13 @@ use http::HeaderMap;
 use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 
-use crate::key::{KeyExtractor, RequestParts};
+use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 use crate::{ConcurrencyLimitLayer, LockLayer, LockVerdict, RateLimitLayer, RateVerdict};
 
 trait DecideRate: Send + Sync {
     fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
     fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision);
-    fn reads_headers(&self) -> bool;
+    fn headers_read(&self) -> HeadersRead<'_>;
 }
 
 impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
@@ -26,8 +26,8 @@ impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
         RateLimitLayer::apply_headers(self, headers, decision);
     }
 
-    fn reads_headers(&self) -> bool {
-        RateLimitLayer::reads_headers(self)
+    fn headers_read(&self) -> HeadersRead<'_> {
+        RateLimitLayer::headers_read(self)
     }
 }
 
@@ -51,9 +51,9 @@ impl SharedRateLimit {
         self.0.apply_headers(headers, decision);
     }
 
-    /// See [`RateLimitLayer::reads_headers`].
-    pub fn reads_headers(&self) -> bool {
-        self.0.reads_headers()
+    /// See [`RateLimitLayer::headers_read`].
+    pub fn headers_read(&self) -> HeadersRead<'_> {
+        self.0.headers_read()
     }
 }
 
@@ -66,7 +66,7 @@ impl std::fmt::Debug for SharedRateLimit {
 trait AcquireLock: Send + Sync {
     fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
     fn cancels_on_lease_loss(&self) -> bool;
-    fn reads_headers(&self) -> bool;
+    fn headers_read(&self) -> HeadersRead<'_>;
 }
 
 impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
@@ -78,8 +78,8 @@ impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
         LockLayer::cancels_on_lease_loss(self)
     }
 
-    fn reads_headers(&self) -> bool {
-        LockLayer::reads_headers(self)
+    fn headers_read(&self) -> HeadersRead<'_> {
+        LockLayer::headers_read(self)
     }
 }
 
@@ -92,8 +92,8 @@ impl<B: LockBackend, K: KeyExtractor> AcquireLock for ConcurrencyLimitLayer<B, K
         ConcurrencyLimitLayer::cancels_on_lease_loss(self)
     }
 
-    fn reads_headers(&self) -> bool {
-        ConcurrencyLimitLayer::reads_headers(self)
+    fn headers_read(&self) -> HeadersRead<'_> {
+        ConcurrencyLimitLayer::headers_read(self)
     }
 }
 
@@ -125,9 +125,9 @@ impl SharedLock {
         self.0.cancels_on_lease_loss()
     }
 
-    /// See [`LockLayer::reads_headers`].
-    pub fn reads_headers(&self) -> bool {
-        self.0.reads_headers()
+    /// See [`LockLayer::headers_read`].
+    pub fn headers_read(&self) -> HeadersRead<'_> {
+        self.0.headers_read()
     }
 }
 

@@ -11,7 +11,7 @@ use http::StatusCode;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::http::{TestClient, TestServer};
-use lock_tower::key::{GlobalKey, HeaderKey, PathKey, PeerIp};
+use lock_tower::key::{ClientIp, GlobalKey, HeaderKey, HeadersRead, PathKey, PeerIp};
 use lock_tower::{LockLayer, RateLimitLayer};
 
 fn per_minute(scope: &str, limit: u32) -> RateLimiter<MemoryBackend> {
@@ -169,8 +169,9 @@ async fn actix_key_lock_middleware_and_rate_decision() {
 }
 
 /// actix-web requests are copied into `http` types for the key extractors,
-/// headers only when the extractor or a cost function reads them: keys and
-/// costs taken from headers must still see them.
+/// with only the header fields the extractor or a cost function reads: keys
+/// and costs taken from headers must still see them, repeated fields
+/// included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actix_keys_and_costs_still_see_the_headers_they_read() {
     use actix_web::{HttpResponse, web};
@@ -186,20 +187,34 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
             .and_then(|v| v.to_str().ok()?.parse().ok())
             .unwrap_or(1)
     });
-    assert!(by_header.reads_headers());
-    assert!(!by_peer.reads_headers());
-    assert!(costed.reads_headers());
-    assert!(!LockLayer::new(MemoryBackend::new(), PathKey).reads_headers());
+    let behind_proxy = RateLimitLayer::new(
+        per_minute("behind-proxy", 2),
+        ClientIp::new(["127.0.0.0/8".parse().expect("a network")]),
+    );
+    let x_user = [http::HeaderName::from_static("x-user")];
+    assert_eq!(by_header.headers_read(), HeadersRead::Only(&x_user));
+    assert_eq!(by_peer.headers_read(), HeadersRead::None);
+    assert_eq!(costed.headers_read(), HeadersRead::All);
+    assert!(behind_proxy.headers_read().includes("x-forwarded-for"));
+    assert!(!behind_proxy.headers_read().includes("cookie"));
+    let path_lock = LockLayer::new(MemoryBackend::new(), PathKey);
+    assert_eq!(path_lock.headers_read(), HeadersRead::None);
 
-    let (by_header, costed) = (
+    let (by_header, costed, behind_proxy) = (
         lock_actix::RateLimit::new(by_header),
         lock_actix::RateLimit::new(costed),
+        lock_actix::RateLimit::new(behind_proxy),
     );
     let addr = actix(move || {
         let ok = || web::get().to(|| async { HttpResponse::Ok().body("ok") });
         actix_web::App::new()
             .service(web::scope("/user").wrap(by_header.clone()).route("", ok()))
             .service(web::scope("/cost").wrap(costed.clone()).route("", ok()))
+            .service(
+                web::scope("/proxied")
+                    .wrap(behind_proxy.clone())
+                    .route("", ok()),
+            )
     });
     let client = TestClient::new();
     let user = format!("http://{addr}/user");
@@ -215,4 +230,28 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
     assert_eq!(reply.status, ok);
     assert!(reply.header("ratelimit").contains(";r=0"), "{reply:?}");
     assert_eq!(client.get(&cost, &[("x-cost", "1")]).await.status, limited);
+
+    // Behind a trusted proxy (the loopback peer) the client is the last
+    // untrusted hop, read from the right across repeated fields; other
+    // fields the request carries are not needed.
+    let proxied = format!("http://{addr}/proxied");
+    let mut statuses = Vec::new();
+    for hops in [
+        &[("x-forwarded-for", "203.0.113.7")][..],
+        &[
+            ("x-forwarded-for", "198.51.100.1, 203.0.113.7"),
+            ("cookie", "a=b"),
+        ],
+        &[
+            ("x-forwarded-for", "198.51.100.1"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ],
+        &[
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-for", "198.51.100.1"),
+        ],
+    ] {
+        statuses.push(client.get(&proxied, hops).await.status);
+    }
+    assert_eq!(statuses, [ok, ok, limited, ok]);
 }

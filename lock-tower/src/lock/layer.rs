@@ -9,7 +9,7 @@ use tower::Layer;
 
 use super::service::LockService;
 use crate::failure::{Metrics, MissingKey, OnBackendFailure};
-use crate::key::KeyExtractor;
+use crate::key::{HeadersRead, KeyExtractor};
 
 /// Default bound on lock calls beyond the wait itself.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
@@ -131,9 +131,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         self.cancel_on_loss
     }
 
-    /// Whether the key extractor reads the request's headers.
-    pub fn reads_headers(&self) -> bool {
-        self.key.reads_headers()
+    /// The header fields the key extractor reads.
+    pub fn headers_read(&self) -> HeadersRead<'_> {
+        self.key.headers_read()
     }
 }
 
@@ -182,9 +182,9 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
         self.0.cancel_on_loss
     }
 
-    /// Whether the key extractor reads the request's headers.
-    pub fn reads_headers(&self) -> bool {
-        self.0.reads_headers()
+    /// The header fields the key extractor reads.
+    pub fn headers_read(&self) -> HeadersRead<'_> {
+        self.0.headers_read()
     }
 
     /// Takes a permit for `request` as the layer's services do.

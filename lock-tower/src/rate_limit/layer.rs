@@ -12,7 +12,7 @@ use super::RateVerdict;
 use super::service::RateLimit;
 use crate::failure::{Metrics, MissingKey, OnBackendFailure};
 use crate::headers;
-use crate::key::{KeyExtractor, RequestParts};
+use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 
 pub(super) type CostFn = Arc<dyn Fn(RequestParts<'_>) -> u32 + Send + Sync>;
 pub(super) type RefusalFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
@@ -172,10 +172,13 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.shared.metrics.clone()
     }
 
-    /// Whether a decision reads the request's headers: the key extractor
-    /// says so, or a [`cost`](Self::cost) function is set (it may read them).
-    pub fn reads_headers(&self) -> bool {
-        self.shared.key.reads_headers() || self.shared.cost.is_some()
+    /// The header fields a decision reads: the key extractor's, or all of
+    /// them when a [`cost`](Self::cost) function is set (it may read any).
+    pub fn headers_read(&self) -> HeadersRead<'_> {
+        match self.shared.cost {
+            Some(_) => HeadersRead::All,
+            None => self.shared.key.headers_read(),
+        }
     }
 
     /// The limiter.
