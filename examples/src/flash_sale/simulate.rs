@@ -75,6 +75,21 @@ pub struct Summary {
     pub requests_per_second: f64,
 }
 
+impl Summary {
+    /// The error count, then the statuses behind it, e.g. `3 (500: 1, 503: 2)`.
+    fn errors_cell(&self) -> String {
+        if self.error_statuses.is_empty() {
+            return self.errors.to_string();
+        }
+        let statuses: Vec<String> = self
+            .error_statuses
+            .iter()
+            .map(|(status, count)| format!("{status}: {count}"))
+            .collect();
+        format!("{} ({})", self.errors, statuses.join(", "))
+    }
+}
+
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let rows = [
@@ -84,10 +99,7 @@ impl std::fmt::Display for Summary {
             ("sold out", self.sold_out.to_string()),
             ("rate limited (429)", self.rate_limited.to_string()),
             ("locked (423)", self.locked.to_string()),
-            (
-                "errors",
-                format!("{} {:?}", self.errors, self.error_statuses),
-            ),
+            ("errors", self.errors_cell()),
             ("oversold (must be 0)", self.oversold.to_string()),
             ("stock left", self.final_stock.to_string()),
             ("429 headers ok", self.limit_headers_ok.to_string()),
@@ -294,4 +306,22 @@ pub async fn run(addr: SocketAddr, options: &Options) -> Result<Summary, String>
         summary.errors += 1;
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Summary;
+
+    #[test]
+    fn errors_are_shown_with_their_statuses() {
+        let mut summary = Summary::default();
+        assert_eq!(summary.errors_cell(), "0");
+        summary.errors = 3;
+        summary.error_statuses.insert(503, 2);
+        summary.error_statuses.insert(500, 1);
+        assert_eq!(summary.errors_cell(), "3 (500: 1, 503: 2)");
+        // A stock mismatch is an error without a status.
+        summary.errors = 4;
+        assert_eq!(summary.errors_cell(), "4 (500: 1, 503: 2)");
+    }
 }
