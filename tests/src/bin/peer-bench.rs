@@ -327,6 +327,54 @@ async fn timed<B: LockBackend>(lock: &Lock<B>) -> Result<(Duration, Duration), E
     Ok((acquire, started.elapsed()))
 }
 
+/// The floor under a Redlock acquire on this machine: redis-rs alone (no
+/// lock logic) sends the `SET NX PX` + `PTTL` pipeline a Redlock acquire
+/// sends to each of `conns` at once; the time until `wanted` have answered.
+/// The keys are deleted afterwards, untimed.
+async fn fan_out(
+    conns: &[redis::aio::ConnectionManager],
+    key: &str,
+    wanted: usize,
+) -> Result<Duration, Error> {
+    use futures_util::StreamExt;
+    let started = Instant::now();
+    let mut pending: futures_util::stream::FuturesUnordered<_> = conns
+        .iter()
+        .map(|conn| {
+            let mut conn = conn.clone();
+            async move {
+                redis::pipe()
+                    .cmd("SET")
+                    .arg(key)
+                    .arg("token")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .cmd("PTTL")
+                    .arg(key)
+                    .query_async::<(Option<String>, i64)>(&mut conn)
+                    .await
+            }
+        })
+        .collect();
+    let mut answered = 0;
+    let mut elapsed = Duration::ZERO;
+    while let Some(answer) = pending.next().await {
+        answer?;
+        answered += 1;
+        if answered == wanted {
+            elapsed = started.elapsed();
+        }
+    }
+    for conn in conns {
+        redis::cmd("DEL")
+            .arg(key)
+            .query_async::<i64>(&mut conn.clone())
+            .await?;
+    }
+    Ok(elapsed)
+}
+
 async fn redlock(scale: &Scale) -> Result<(), Error> {
     let servers = RedisServer::start_many(5);
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -344,11 +392,18 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
     let db_refs: Vec<&str> = db_urls.iter().map(String::as_str).collect();
     let red_dbs = Lock::with_options(Redlock::connect(&db_refs).await?, "reddb", options)?;
     let theirs = rslock::LockManager::new(urls.clone());
+    let mut raw = Vec::new();
+    for server in &servers {
+        raw.push(redis::aio::ConnectionManager::new(server.client()).await?);
+    }
     let n = scale.iterations / 4;
     // Acquire+release, and the acquire alone, for each lock.
     let mut samples: [Vec<Duration>; 6] = Default::default();
     let mut acquires: [Vec<Duration>; 6] = Default::default();
+    let (mut raw_one, mut raw_quorum) = (Vec::new(), Vec::new());
     for _ in 0..n {
+        raw_one.push(fan_out(&raw[..1], "raw", 1).await?);
+        raw_quorum.push(fan_out(&raw, "raw", 3).await?);
         for (lock, out) in [&ours_lock, &red1, &red3, &red_dbs]
             .into_iter()
             .zip([0, 2, 3, 5])
@@ -394,6 +449,19 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
             }
         }
     }
+    let quantiles = [("p50", 0.5), ("p99", 0.99)];
+    for (label, q) in quantiles {
+        let (o, quorum) = (
+            percentile(&mut acquires[0], q),
+            percentile(&mut raw_quorum, q),
+        );
+        println!(
+            "| acquire, {label} | {} | redis-rs alone, the same pipeline to the 5 at once, until the 3rd answer: {} | {:.2}x |",
+            micros(o),
+            micros(quorum),
+            o.as_secs_f64() / quorum.as_secs_f64()
+        );
+    }
     // The loop above runs in the main future, on the thread that blocks on
     // the runtime, so each command crosses to a worker thread (where the
     // connections' driver tasks run) and back. A request handler runs in a
@@ -414,6 +482,21 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
             micros(o),
             micros(value),
             o.as_secs_f64() / value.as_secs_f64()
+        );
+    }
+
+    println!(
+        "\nThe fan-out alone (redis-rs, no lock logic: the `SET NX PX` + `PTTL` pipeline a Redlock acquire sends to each server)\n"
+    );
+    println!("| measure | to the 5 at once, until the 3rd answer | to 1 server | ratio |");
+    println!("|---|---:|---:|---:|");
+    for (label, q) in quantiles {
+        let (quorum, one) = (percentile(&mut raw_quorum, q), percentile(&mut raw_one, q));
+        println!(
+            "| {label} | {} | {} | {:.2}x |",
+            micros(quorum),
+            micros(one),
+            quorum.as_secs_f64() / one.as_secs_f64()
         );
     }
 
