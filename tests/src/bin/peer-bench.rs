@@ -1031,7 +1031,7 @@ async fn http(scale: &Scale) -> Result<(), Error> {
         ("actix: actix-limitation / no layer", 6, 8),
     ];
     println!(
-        "Keep-alive connections over loopback; at each level, {ROUNDS} interleaved rounds of {:?} per server, median round\n",
+        "\nKeep-alive connections over loopback; at each level, {ROUNDS} interleaved rounds of {:?} per server, median round\n",
         scale.http_for / ROUNDS
     );
     let header: String = LEVELS
