@@ -196,18 +196,11 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
     let client_trips = mean(&pings);
     println!("| measure | ours | reference | ratio |");
     println!("|---|---:|---:|---:|");
-    println!(
-        "| uncontended acquire+release, mean | {} | two round trips (redis-benchmark -c 1): {} | {:.2}x |",
-        micros(ours),
-        micros(two_trips),
-        ours.as_secs_f64() / two_trips.as_secs_f64()
-    );
-    println!(
-        "| uncontended acquire+release, mean | {} | two PINGs through redis-rs on the same connection: {} | {:.2}x |",
-        micros(ours),
-        micros(client_trips),
-        ours.as_secs_f64() / client_trips.as_secs_f64()
-    );
+    let measure = "uncontended acquire+release, mean";
+    let reference = "two round trips (redis-benchmark -c 1)";
+    ratio_row(measure, ours, reference, two_trips);
+    let reference = "two PINGs through redis-rs on the same connection";
+    ratio_row(measure, ours, reference, client_trips);
 
     // Handoff: the holder releases; how long until the waiter holds it?
     // Each handoff starts after 3 ms of idle, and a round trip after idle
@@ -235,12 +228,8 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
             percentile(&mut theirs_default, q),
         );
         let ping = percentile(&mut idle_pings, q);
-        println!(
-            "| handoff {label} | {} | one PING after the same 3 ms idle: {} | {:.2}x |",
-            micros(o),
-            micros(ping),
-            o.as_secs_f64() / ping.as_secs_f64()
-        );
+        let reference = "one PING after the same 3 ms idle";
+        ratio_row(&format!("handoff {label}"), o, reference, ping);
         for (reference, t) in [
             ("rslock, retry delay 10 ms", t),
             ("rslock, default retry delay 200 ms", d),
@@ -249,6 +238,16 @@ async fn lock_latency(scale: &Scale) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// A table row: ours against a reference, and the ratio.
+fn ratio_row(measure: &str, ours: Duration, reference: &str, value: Duration) {
+    println!(
+        "| {measure} | {} | {reference}: {} | {:.2}x |",
+        micros(ours),
+        micros(value),
+        ours.as_secs_f64() / value.as_secs_f64()
+    );
 }
 
 /// A handoff table row: ours against a reference, as a ratio and as how
@@ -440,12 +439,7 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
                     percentile(dbs, q),
                 ),
             ] {
-                println!(
-                    "| {operation}, {label} | {} | {reference}: {} | {:.2}x |",
-                    micros(o),
-                    micros(value),
-                    o.as_secs_f64() / value.as_secs_f64()
-                );
+                ratio_row(&format!("{operation}, {label}"), o, reference, value);
             }
         }
     }
@@ -455,12 +449,8 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
             percentile(&mut acquires[0], q),
             percentile(&mut raw_quorum, q),
         );
-        println!(
-            "| acquire, {label} | {} | redis-rs alone, the same pipeline to the 5 at once, until the 3rd answer: {} | {:.2}x |",
-            micros(o),
-            micros(quorum),
-            o.as_secs_f64() / quorum.as_secs_f64()
-        );
+        let reference = "redis-rs alone, the same pipeline to the 5 at once, until the 3rd answer";
+        ratio_row(&format!("acquire, {label}"), o, reference, quorum);
     }
     // The loop above runs in the main future, on the thread that blocks on
     // the runtime, so each command crosses to a worker thread (where the
@@ -477,11 +467,12 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
     let [mut ours, mut one] = spawned.await??;
     for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
         let (o, value) = (percentile(&mut ours, q), percentile(&mut one, q));
-        println!(
-            "| acquire from a spawned task, {label} | {} | ours on 1 server (plain lock), also spawned: {} | {:.2}x |",
-            micros(o),
-            micros(value),
-            o.as_secs_f64() / value.as_secs_f64()
+        let reference = "ours on 1 server (plain lock), also spawned";
+        ratio_row(
+            &format!("acquire from a spawned task, {label}"),
+            o,
+            reference,
+            value,
         );
     }
 
