@@ -2,8 +2,8 @@
 //! scripts, on a monotonic clock. Idle keys expire; the number of live keys is
 //! capped, so memory stays flat under a stream of distinct keys.
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use quanta::Instant;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arrayvec::ArrayVec;
 use hashbrown::HashTable;
@@ -132,9 +132,73 @@ impl RateTable {
     }
 
     fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Decision {
+        let raw = match policy.suffixes() {
+            [suffix] => self.check_one(key, policy, suffix, cost),
+            suffixes => self.check_all(key, policy, suffixes, cost),
+        };
+        decision(
+            policy,
+            raw.allowed,
+            raw.index,
+            raw.remaining,
+            raw.reset_us,
+            raw.retry_us,
+        )
+    }
+
+    /// Locks the map, sweeping out expired entries every `SWEEP_EVERY`
+    /// decisions.
+    fn lock(&self, now: u64) -> MutexGuard<'_, Map> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.ops += 1;
+        if map.ops.is_multiple_of(SWEEP_EVERY) {
+            map.entries.retain(|(_, e)| e.expires_us > now);
+        }
+        map
+    }
+
+    /// A policy of one quota (the common case): one lookup, and the entry
+    /// found is written in place.
+    fn check_one(&self, key: RateKey<'_>, policy: &Policy, suffix: &Arc<str>, cost: u32) -> Raw {
+        let probe = Probe {
+            scope: key.scope().as_str(),
+            key: key.key(),
+            suffix,
+        };
+        let hash = self.hasher.hash_one(probe);
+        let now = self.now_us();
+        let mut map = self.lock(now);
+        let found = map
+            .entries
+            .find_mut(hash, |(stored, _)| probe.matches(stored));
+        let slot = found
+            .as_ref()
+            .map(|(_, e)| *e)
+            .filter(|e| e.expires_us > now)
+            .map(|e| (e.slot, e.expires_us));
+        let mut writes = Writes::new();
+        let raw = run(policy, &[slot], cost, now, &mut writes);
+        if let Some(Some(entry)) = writes.pop() {
+            match found {
+                Some((_, existing)) => *existing = entry,
+                None => self.insert(&mut map, key, suffix, hash, entry, now),
+            }
+        }
+        raw
+    }
+
+    /// A policy of several quotas, decided together: a refusal by one takes
+    /// nothing from the others.
+    fn check_all(
+        &self,
+        key: RateKey<'_>,
+        policy: &Policy,
+        suffixes: &[Arc<str>],
+        cost: u32,
+    ) -> Raw {
         // Hashes are computed once, before the lock is taken.
         let mut probes: PerQuota<(Probe<'_>, u64)> = PerQuota::new();
-        for suffix in policy.suffixes() {
+        for suffix in suffixes {
             let probe = Probe {
                 scope: key.scope().as_str(),
                 key: key.key(),
@@ -142,13 +206,8 @@ impl RateTable {
             };
             probes.push((probe, self.hasher.hash_one(probe)));
         }
-        let rehash = |(stored, _): &(Key, Entry)| self.hasher.hash_one(stored.probe());
         let now = self.now_us();
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.ops += 1;
-        if map.ops.is_multiple_of(SWEEP_EVERY) {
-            map.entries.retain(|(_, e)| e.expires_us > now);
-        }
+        let mut map = self.lock(now);
         let mut slots: PerQuota<Option<(Slot, u64)>> = PerQuota::new();
         for (probe, hash) in &probes {
             let found = map.entries.find(*hash, |(stored, _)| probe.matches(stored));
@@ -158,42 +217,57 @@ impl RateTable {
                     .map(|(_, e)| (e.slot, e.expires_us)),
             );
         }
-        let cost = u64::from(cost);
         let mut writes = PerQuota::new();
-        let raw = match policy.algorithm() {
-            Algorithm::FixedWindow => fixed_window(policy, &slots, cost, now, &mut writes),
-            Algorithm::SlidingWindow => sliding_window(policy, &slots, cost, now, &mut writes),
-            Algorithm::Gcra => gcra(policy, &slots, cost, now, &mut writes),
-        };
-        for (((probe, hash), suffix), entry) in probes.iter().zip(policy.suffixes()).zip(writes) {
+        let raw = run(policy, &slots, cost, now, &mut writes);
+        for (((probe, hash), suffix), entry) in probes.iter().zip(suffixes).zip(writes) {
             let Some(entry) = entry else { continue };
             match map
                 .entries
                 .find_mut(*hash, |(stored, _)| probe.matches(stored))
             {
                 Some((_, existing)) => *existing = entry,
-                None => {
-                    if map.entries.len() >= self.max_keys {
-                        evict(&mut map.entries, now, self.max_keys);
-                    }
-                    let stored = Key {
-                        scope: key.scope().clone(),
-                        key: key.key().into(),
-                        suffix: suffix.clone(),
-                    };
-                    map.entries.insert_unique(*hash, (stored, entry), rehash);
-                }
+                None => self.insert(&mut map, key, suffix, *hash, entry, now),
             }
         }
-        drop(map);
-        decision(
-            policy,
-            raw.allowed,
-            raw.index,
-            raw.remaining,
-            raw.reset_us,
-            raw.retry_us,
-        )
+        raw
+    }
+
+    /// Stores a new entry, evicting first if the map is full.
+    fn insert(
+        &self,
+        map: &mut Map,
+        key: RateKey<'_>,
+        suffix: &Arc<str>,
+        hash: u64,
+        entry: Entry,
+        now: u64,
+    ) {
+        if map.entries.len() >= self.max_keys {
+            evict(&mut map.entries, now, self.max_keys);
+        }
+        let stored = Key {
+            scope: key.scope().clone(),
+            key: key.key().into(),
+            suffix: suffix.clone(),
+        };
+        let rehash = |(stored, _): &(Key, Entry)| self.hasher.hash_one(stored.probe());
+        map.entries.insert_unique(hash, (stored, entry), rehash);
+    }
+}
+
+/// Runs the policy's algorithm over the current state of each quota.
+fn run(
+    policy: &Policy,
+    slots: &[Option<(Slot, u64)>],
+    cost: u32,
+    now: u64,
+    writes: &mut Writes,
+) -> Raw {
+    let cost = u64::from(cost);
+    match policy.algorithm() {
+        Algorithm::FixedWindow => fixed_window(policy, slots, cost, now, writes),
+        Algorithm::SlidingWindow => sliding_window(policy, slots, cost, now, writes),
+        Algorithm::Gcra => gcra(policy, slots, cost, now, writes),
     }
 }
 
