@@ -137,24 +137,6 @@ pub enum HeadersRead<'a> {
     All,
 }
 
-impl HeadersRead<'_> {
-    /// Whether a field named `name` (lowercase, as both `http` and actix-web
-    /// keep names) may be read.
-    ///
-    /// ```
-    /// use lock_tower::key::HeadersRead;
-    /// assert!(HeadersRead::All.includes("cookie"));
-    /// assert!(!HeadersRead::None.includes("cookie"));
-    /// ```
-    pub fn includes(&self, name: &str) -> bool {
-        match self {
-            HeadersRead::None => false,
-            HeadersRead::Only(names) => names.iter().any(|n| n.as_str() == name),
-            HeadersRead::All => true,
-        }
-    }
-}
-
 impl<F> KeyExtractor for F
 where
     F: Fn(RequestParts<'_>) -> Option<String> + Clone + Send + Sync + 'static,
@@ -605,6 +587,28 @@ mod tests {
             client_ip().extract(RequestParts::new(&req)).as_deref(),
             Some("10.0.0.1")
         );
+    }
+
+    #[test]
+    fn each_extractor_names_the_fields_it_reads() {
+        let x_forwarded_for = [HeaderName::from_static("x-forwarded-for")];
+        assert_eq!(
+            client_ip().headers_read(),
+            HeadersRead::Only(&x_forwarded_for)
+        );
+        assert_eq!(
+            client_ip()
+                .header(ForwardedHeader::Forwarded)
+                .headers_read(),
+            HeadersRead::Only(&[FORWARDED])
+        );
+        for none in [
+            PeerIp::new().headers_read(),
+            PathKey.headers_read(),
+            GlobalKey::new().headers_read(),
+        ] {
+            assert_eq!(none, HeadersRead::None);
+        }
     }
 
     #[test]

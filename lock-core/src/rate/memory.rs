@@ -2,11 +2,11 @@
 //! scripts, on a monotonic clock. Idle keys expire; the number of live keys is
 //! capped, so memory stays flat under a stream of distinct keys.
 
-use quanta::Instant;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arrayvec::ArrayVec;
 use hashbrown::HashTable;
+use quanta::Instant;
 
 use super::{Algorithm, Decision, MAX_QUOTAS, Policy, RateBackend, RateKey, decision};
 use crate::backend::MemoryBackend;
