@@ -465,7 +465,7 @@ async fn redlock(scale: &Scale) -> Result<(), Error> {
         Ok::<_, Error>(acquires)
     });
     let [mut ours, mut one] = spawned.await??;
-    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+    for (label, q) in quantiles {
         let (o, value) = (percentile(&mut ours, q), percentile(&mut one, q));
         let reference = "ours on 1 server (plain lock), also spawned";
         ratio_row(
