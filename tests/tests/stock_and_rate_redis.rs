@@ -150,9 +150,9 @@ async fn a_window_counter_without_ttl_is_repaired() {
     let (server, backend) = redis_backend().await;
     let quota = Quota::per_minute(NonZeroU32::MIN.saturating_add(2));
     let limiter = RateLimiter::new(
-        backend,
+        backend.clone(),
         "repair",
-        Policy::new(Algorithm::FixedWindow).quota(quota),
+        Policy::new(Algorithm::FixedWindow).quota(quota.clone()),
     )
     .expect("policy");
     let mut conn = server.connection();
@@ -165,6 +165,29 @@ async fn a_window_counter_without_ttl_is_repaired() {
     let ttl: i64 = conn.pttl(key).expect("PTTL");
     assert!(ttl > 0 && ttl <= 60_000, "counter not repaired: {ttl}");
     assert!(d.retry_after <= Duration::from_secs(60));
+
+    // The same over several quotas, where the repair takes the other path
+    // of the script; the request is allowed, so both counters move.
+    let hourly = Quota::per_hour(NonZeroU32::MIN.saturating_add(99));
+    let limiter = RateLimiter::new(
+        backend,
+        "repair2",
+        Policy::new(Algorithm::FixedWindow)
+            .quota(quota)
+            .quota(hourly),
+    )
+    .expect("policy");
+    let minute = "lock:{repair2:k}:fw:3:60000";
+    let hour = "lock:{repair2:k}:fw:100:3600000";
+    let () = conn.set(minute, 1).expect("SET");
+    let d = limiter.check("k").await.expect("check");
+    assert!(d.allowed);
+    let counts: (i64, i64) = (conn.get(minute).expect("GET"), conn.get(hour).expect("GET"));
+    assert_eq!(counts, (2, 1));
+    for (key, max) in [(minute, 60_000), (hour, 3_600_000)] {
+        let ttl: i64 = conn.pttl(key).expect("PTTL");
+        assert!(ttl > 0 && ttl <= max, "{key} not repaired: {ttl}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +238,7 @@ async fn fixed_window_refusals_always_say_a_millisecond_or_more() {
     let limiter = RateLimiter::new(
         backend,
         "edge",
-        Policy::new(Algorithm::FixedWindow).quota(quota),
+        Policy::new(Algorithm::FixedWindow).quota(quota.clone()),
     )
     .expect("valid");
     let mut refusals = 0;

@@ -5,22 +5,25 @@
 -- Redis keeps a key while its clock (whole milliseconds) is at its expiry, so
 -- a PTTL of 0 counts as gone: a window then lasts exactly its period, and a
 -- refusal's PTTL t is always enough to wait.
+-- Arguments go back to Redis as the strings they came in: a Lua number
+-- handed to redis.call is formatted with sprintf, which costs Redis more than
+-- the INCRBY itself.
 local cost = tonumber(ARGV[1])
 if #KEYS == 1 then
   -- One quota (the common case): the same rules as below, inline and
   -- without tables. Tables cost Redis more than the commands themselves,
   -- and so do local functions (a closure per call), hence the repetition.
-  local key, limit, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  local key, limit = KEYS[1], tonumber(ARGV[2])
   local ttl = redis.call('PTTL', key)
   local count, fresh = 0, false
   if ttl == -2 or ttl == 0 then
     ttl, fresh = 0, true
-    if cost > 0 then ttl = period end
+    if cost > 0 then ttl = tonumber(ARGV[3]) end
   else
     count = tonumber(redis.call('GET', key))
     if ttl == -1 then
-      redis.call('PEXPIRE', key, period)
-      ttl = period
+      redis.call('PEXPIRE', key, ARGV[3])
+      ttl = tonumber(ARGV[3])
     end
   end
   if count + cost > limit then
@@ -29,10 +32,10 @@ if #KEYS == 1 then
     return {0, 0, remaining, ttl * 1000, ttl * 1000}
   end
   if fresh and cost > 0 then
-    redis.call('SET', key, cost, 'PX', period)
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[3])
     count = cost
   elseif cost > 0 then
-    count = redis.call('INCRBY', key, cost)
+    count = redis.call('INCRBY', key, ARGV[1])
   end
   return {1, 0, limit - count, ttl * 1000, 0}
 end
@@ -48,7 +51,7 @@ for i = 1, #KEYS do
     if cost > 0 then ttl = period end
   elseif ttl == -1 then
     -- A counter without a TTL would block forever: repair it.
-    redis.call('PEXPIRE', KEYS[i], period)
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i + 1])
     ttl = period
   end
   counts[i], ttls[i], limits[i] = count, ttl, limit
@@ -58,10 +61,10 @@ local best
 if allowed == 1 then
   for i = 1, #KEYS do
     if fresh[i] and cost > 0 then
-      redis.call('SET', KEYS[i], cost, 'PX', tonumber(ARGV[2 * i + 1]))
+      redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2 * i + 1])
       counts[i] = cost
     elseif cost > 0 then
-      counts[i] = redis.call('INCRBY', KEYS[i], cost)
+      counts[i] = redis.call('INCRBY', KEYS[i], ARGV[1])
     end
     if best == nil or limits[i] - counts[i] < limits[best] - counts[best] then best = i end
   end
