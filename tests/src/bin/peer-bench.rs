@@ -788,9 +788,11 @@ async fn layer_cost(scale: &Scale) -> Result<(), Error> {
 }
 
 /// Times `$n` calls of the actix service `$app` with requests from `$request`;
-/// nanoseconds per request.
+/// nanoseconds and heap allocations per request (building the request
+/// included).
 macro_rules! actix_per_request {
     ($app:expr, $request:expr, $n:expr) => {{
+        let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
         let started = Instant::now();
         for _ in 0..$n {
             let response = actix_web::test::call_service($app, $request()).await;
@@ -798,7 +800,12 @@ macro_rules! actix_per_request {
                 return Err(format!("status {}", response.status()));
             }
         }
-        started.elapsed().as_nanos() as f64 / $n as f64
+        let elapsed = started.elapsed();
+        let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - allocations;
+        (
+            elapsed.as_nanos() as f64 / $n as f64,
+            allocations as f64 / $n as f64,
+        )
     }};
 }
 
@@ -867,14 +874,20 @@ fn actix_layer_cost(scale: &Scale) -> Result<(), Error> {
     })
     .join()
     .map_err(|_| "the actix table panicked")??;
-    let fastest = |i: usize| rows.iter().map(|r| r[i]).fold(f64::INFINITY, f64::min);
+    let fastest = |i: usize| rows.iter().map(|r| r[i].0).fold(f64::INFINITY, f64::min);
+    let allocations = |i: usize| rows[0][i].1;
     let bare = fastest(0);
     println!(
         "\nactix-web in process (no socket), one request at a time with {} header fields, {n} requests per round, fastest of {ROUNDS} interleaved rounds\n",
         BROWSER_HEADERS.len() + 2
     );
-    println!("| app | ns/request | middleware cost (ns) |\n|---|---:|---:|");
-    println!("| actix, no middleware | {bare:.0} | 0 |");
+    println!(
+        "| app | ns/request | middleware cost (ns) | allocations/request |\n|---|---:|---:|---:|"
+    );
+    println!(
+        "| actix, no middleware | {bare:.0} | 0 | {:.1} |",
+        allocations(0)
+    );
     for (label, i) in [
         ("actix + ours (memory), key: peer IP (no field copied)", 1),
         (
@@ -890,7 +903,12 @@ fn actix_layer_cost(scale: &Scale) -> Result<(), Error> {
             4,
         ),
     ] {
-        println!("| {label} | {:.0} | {:.0} |", fastest(i), fastest(i) - bare);
+        println!(
+            "| {label} | {:.0} | {:.0} | {:.1} |",
+            fastest(i),
+            fastest(i) - bare,
+            allocations(i)
+        );
     }
     Ok(())
 }
