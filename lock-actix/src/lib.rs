@@ -127,11 +127,18 @@ impl View {
 
 fn copy_headers(from: &http::HeaderMap, to: &mut actix_web::http::header::HeaderMap) {
     for (name, value) in from {
-        if let (Some(name), Ok(value)) =
-            (actix_name(name), ActixValue::from_bytes(value.as_bytes()))
-        {
-            to.insert(name, value);
-        }
+        insert_header(to, name, value);
+    }
+}
+
+/// Sets one field, converted to actix-web's types, on `to`.
+fn insert_header(
+    to: &mut actix_web::http::header::HeaderMap,
+    name: &http::HeaderName,
+    value: &http::HeaderValue,
+) {
+    if let (Some(name), Ok(value)) = (actix_name(name), ActixValue::from_bytes(value.as_bytes())) {
+        to.insert(name, value);
     }
 }
 
@@ -215,6 +222,7 @@ where
         ready(Ok(RateLimitMiddleware {
             service: Rc::new(service),
             limit: self.0.clone(),
+            policy: Rc::default(),
         }))
     }
 }
@@ -223,6 +231,37 @@ where
 pub struct RateLimitMiddleware<S> {
     service: Rc<S>,
     limit: SharedRateLimit,
+    policy: Rc<PolicyCache>,
+}
+
+/// A layer sends the same `RateLimit-Policy` value on every response: each
+/// middleware converts it once, then shares the converted value.
+#[derive(Default)]
+struct PolicyCache(std::cell::RefCell<Option<(http::HeaderValue, ActixValue)>>);
+
+impl PolicyCache {
+    fn insert(
+        &self,
+        to: &mut actix_web::http::header::HeaderMap,
+        name: &http::HeaderName,
+        value: &http::HeaderValue,
+    ) {
+        if name != lock_tower::headers::RATELIMIT_POLICY {
+            return insert_header(to, name, value);
+        }
+        let mut cached = self.0.borrow_mut();
+        let converted = match cached.as_ref() {
+            Some((seen, converted)) if seen == value => converted.clone(),
+            _ => match ActixValue::from_bytes(value.as_bytes()) {
+                Ok(converted) => {
+                    *cached = Some((value.clone(), converted.clone()));
+                    converted
+                }
+                Err(_) => return,
+            },
+        };
+        to.insert(ActixName::from_static("ratelimit-policy"), converted);
+    }
 }
 
 impl<S, Bd> Service<ServiceRequest> for RateLimitMiddleware<S>
@@ -238,15 +277,17 @@ where
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
         let (service, limit) = (self.service.clone(), self.limit.clone());
+        let policy = self.policy.clone();
         Box::pin(async move {
             let view = View::of(request.request(), limit.headers_read());
             match limit.decide(view.parts()).await {
                 RateVerdict::Allow(decision) => {
                     let mut response = service.call(request).await?;
                     if let Some(decision) = decision {
-                        let mut headers = http::HeaderMap::new();
-                        limit.apply_headers(&mut headers, &decision);
-                        copy_headers(&headers, response.headers_mut());
+                        let headers = response.headers_mut();
+                        limit.for_each_field(&decision, |name, value| {
+                            policy.insert(headers, name, &value);
+                        });
                     }
                     Ok(response.map_into_left_body())
                 }
@@ -444,9 +485,9 @@ impl RateDecision {
     /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields to a
     /// response of the handler's.
     pub fn with_headers(&self, mut response: HttpResponse) -> HttpResponse {
-        let mut headers = http::HeaderMap::new();
-        self.0.apply_headers(&mut headers);
-        copy_headers(&headers, response.headers_mut());
+        let headers = response.headers_mut();
+        self.0
+            .for_each_field(|name, value| insert_header(headers, name, &value));
         response
     }
 }

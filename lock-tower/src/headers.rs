@@ -163,17 +163,25 @@ impl Fields {
     }
 
     pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        self.for_each(|name, value| {
+            headers.insert(name.clone(), value);
+        });
+    }
+
+    /// Hands each field to `f`, in the order [`insert_into`](Self::insert_into)
+    /// adds them.
+    pub(crate) fn for_each(self, mut f: impl FnMut(&HeaderName, HeaderValue)) {
         if let Some(value) = self.ratelimit {
-            headers.insert(RATELIMIT.clone(), value);
+            f(&RATELIMIT, value);
         }
-        headers.insert(RATELIMIT_POLICY.clone(), self.policy);
+        f(&RATELIMIT_POLICY, self.policy);
         if let Some(value) = self.retry_after {
-            headers.insert(RETRY_AFTER, value);
+            f(&RETRY_AFTER, value);
         }
         if let Some([limit, remaining, reset]) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT.clone(), limit);
-            headers.insert(X_RATELIMIT_REMAINING.clone(), remaining);
-            headers.insert(X_RATELIMIT_RESET.clone(), reset);
+            f(&X_RATELIMIT_LIMIT, limit);
+            f(&X_RATELIMIT_REMAINING, remaining);
+            f(&X_RATELIMIT_RESET, reset);
         }
     }
 }

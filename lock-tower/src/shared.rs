@@ -4,26 +4,32 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
+use crate::rate_limit::ErasedDecision;
 use crate::{ConcurrencyLimitLayer, LockLayer, LockVerdict, RateLimitLayer, RateVerdict};
 
 trait DecideRate: Send + Sync {
-    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict>;
+    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> ErasedDecision<'a>;
     fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision);
+    fn for_each_field(&self, decision: &Decision, f: &mut dyn FnMut(&HeaderName, HeaderValue));
     fn headers_read(&self) -> HeadersRead<'_>;
 }
 
 impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
-    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
-        Box::pin(RateLimitLayer::decide(self, parts))
+    fn decide<'a>(&'a self, parts: RequestParts<'a>) -> ErasedDecision<'a> {
+        RateLimitLayer::decide_erased(self, parts)
     }
 
     fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
         RateLimitLayer::apply_headers(self, headers, decision);
+    }
+
+    fn for_each_field(&self, decision: &Decision, f: &mut dyn FnMut(&HeaderName, HeaderValue)) {
+        RateLimitLayer::for_each_field(self, decision, f);
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
@@ -41,14 +47,23 @@ impl SharedRateLimit {
         SharedRateLimit(Arc::new(layer))
     }
 
-    /// See [`RateLimitLayer::decide`].
-    pub fn decide<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, RateVerdict> {
+    /// See [`RateLimitLayer::decide`]. A verdict reached at once (the
+    /// in-memory backend) is ready without a boxed future.
+    pub fn decide<'a>(
+        &'a self,
+        parts: RequestParts<'a>,
+    ) -> impl Future<Output = RateVerdict> + Send + 'a {
         self.0.decide(parts)
     }
 
     /// See [`RateLimitLayer::apply_headers`].
     pub fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
         self.0.apply_headers(headers, decision);
+    }
+
+    /// See [`RateLimitLayer::for_each_field`].
+    pub fn for_each_field(&self, decision: &Decision, mut f: impl FnMut(&HeaderName, HeaderValue)) {
+        self.0.for_each_field(decision, &mut f);
     }
 
     /// See [`RateLimitLayer::headers_read`].
@@ -170,6 +185,14 @@ impl HandlerDecision {
     pub fn apply_headers(&self, headers: &mut HeaderMap) {
         if let Some(decision) = &self.decision {
             self.limit.apply_headers(headers, decision);
+        }
+    }
+
+    /// Hands `f` each field [`apply_headers`](Self::apply_headers) would add
+    /// (see [`RateLimitLayer::for_each_field`]).
+    pub fn for_each_field(&self, f: impl FnMut(&HeaderName, HeaderValue)) {
+        if let Some(decision) = &self.decision {
+            self.limit.for_each_field(decision, f);
         }
     }
 }

@@ -223,7 +223,11 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
     let user = format!("http://{addr}/user");
     let mut statuses = Vec::new();
     for who in ["a", "a", "a", "b"] {
-        statuses.push(client.get(&user, &[("x-user", who)]).await.status);
+        let reply = client.get(&user, &[("x-user", who)]).await;
+        // Every response carries its own layer's policy, the same each time
+        // (the middleware converts it once and reuses it).
+        assert_eq!(reply.header("ratelimit-policy"), "\"default\";q=2;w=60");
+        statuses.push(reply.status);
     }
     let (ok, limited) = (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(statuses, [ok, ok, limited, ok]);
@@ -232,6 +236,7 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
     let reply = client.get(&cost, &[("x-cost", "5")]).await;
     assert_eq!(reply.status, ok);
     assert!(reply.header("ratelimit").contains(";r=0"), "{reply:?}");
+    assert_eq!(reply.header("ratelimit-policy"), "\"default\";q=5;w=60");
     assert_eq!(client.get(&cost, &[("x-cost", "1")]).await.status, limited);
 
     // Behind a trusted proxy (the loopback peer) the client is the last

@@ -9,7 +9,7 @@ use lock_core::rate::{Decision, RateBackend, RateLimiter};
 use tower::Layer;
 
 use super::RateVerdict;
-use super::service::RateLimit;
+use super::service::{ErasedDecision, RateLimit};
 use crate::failure::{Metrics, MissingKey, OnBackendFailure};
 use crate::headers;
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
@@ -192,10 +192,48 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.shared.decide_for(request).await
     }
 
+    /// [`decide`](Self::decide) for type-erased callers, without boxing a
+    /// verdict that is reached at once.
+    pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
+        self.shared.decide_erased(request)
+    }
+
     /// Adds the rate-limit fields of `decision` to `headers` (for an allowed
     /// decision, only if [`headers_on_success`](Self::headers_on_success)).
     pub fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
         self.shared.apply_headers(headers, decision);
+    }
+
+    /// Hands `f` each field [`apply_headers`](Self::apply_headers) would add,
+    /// for adapters whose header map is not `http`'s (actix-web 4): they
+    /// convert each field once instead of filling and copying a map.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// use lock_tower::RateLimitLayer;
+    /// use lock_tower::key::GlobalKey;
+    ///
+    /// let policy = Policy::new(Algorithm::FixedWindow)
+    ///     .quota(Quota::per_minute(NonZeroU32::new(10).unwrap()));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+    /// let decision = limiter.check_cost_now("k", 1).unwrap().unwrap();
+    /// let layer = RateLimitLayer::new(limiter, GlobalKey::new());
+    /// let mut fields = Vec::new();
+    /// layer.for_each_field(&decision, |name, value| fields.push((name.clone(), value)));
+    /// assert_eq!(fields[0].0, "ratelimit");
+    /// assert_eq!(fields[0].1, "\"default\";r=9;t=60");
+    /// assert_eq!(fields[1].1, "\"default\";q=10;w=60");
+    /// ```
+    pub fn for_each_field(
+        &self,
+        decision: &Decision,
+        f: impl FnMut(&http::HeaderName, HeaderValue),
+    ) {
+        if let Some(fields) = self.shared.fields(decision) {
+            fields.for_each(f);
+        }
     }
 }
 

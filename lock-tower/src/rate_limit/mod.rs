@@ -36,6 +36,7 @@ use lock_core::rate::Decision;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer};
+pub(crate) use self::service::ErasedDecision;
 pub use self::service::RateLimit;
 
 /// What a [`RateLimitLayer`] decided for one request.

@@ -2,12 +2,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::{Request, Response, StatusCode};
 use lock_core::Error;
 use lock_core::rate::{Decision, RateBackend};
 use tower::Service;
 
 use super::RateVerdict as Verdict;
+
+/// A decision for a type-erased caller: ready at once, or boxed.
+pub(crate) type ErasedDecision<'a> =
+    Either<std::future::Ready<Verdict>, futures_util::future::BoxFuture<'a, Verdict>>;
 use super::future::ResponseFuture;
 use super::layer::Shared;
 use crate::failure::{MissingKey, OnBackendFailure};
@@ -48,7 +53,7 @@ impl<S, B, K> RateLimit<S, B, K> {
 /// How a decision starts. Lives for one call; boxing the verdict would
 /// cost an allocation per request.
 #[allow(clippy::large_enum_variant)]
-enum Start {
+pub(crate) enum Start {
     Decided(Verdict),
     Ask { key: String, cost: u32 },
 }
@@ -91,6 +96,16 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
         match self.start(request) {
             Start::Decided(verdict) => verdict,
             Start::Ask { key, cost } => self.decide(key, cost).await,
+        }
+    }
+
+    /// As [`decide_for`](Self::decide_for), for type-erased callers: a
+    /// verdict reached at once (no key, or a backend that decides without
+    /// waiting) comes back ready, without boxing a future.
+    pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
+        match self.start(request) {
+            Start::Decided(verdict) => Either::Left(std::future::ready(verdict)),
+            Start::Ask { key, cost } => Either::Right(Box::pin(self.decide(key, cost))),
         }
     }
 
