@@ -15,6 +15,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
+use arrayvec::ArrayString;
 use http::header::{FORWARDED, HeaderName};
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 use ipnet::IpNet;
@@ -149,18 +150,12 @@ where
 /// The key of an IP address, formatted on the stack: IPv6 addresses grouped
 /// by prefix (one customer usually owns a whole /64), IPv4-mapped IPv6
 /// addresses turned back into IPv4.
-struct IpKey {
-    // The longest key is `ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128`.
-    buf: [u8; 48],
-    len: usize,
-}
+// The longest key is `ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128`.
+struct IpKey(ArrayString<48>);
 
 impl IpKey {
     fn new(ip: IpAddr, v6_prefix: u8) -> Self {
-        let mut key = IpKey {
-            buf: [0; 48],
-            len: 0,
-        };
+        let mut key = ArrayString::new();
         let v4 = match ip {
             IpAddr::V4(v4) => Some(v4),
             IpAddr::V6(v6) => v6.to_ipv4_mapped(),
@@ -168,18 +163,20 @@ impl IpKey {
         match (v4, ip) {
             (Some(v4), _) => {
                 // Dotted quad by hand: `Display` for `Ipv4Addr` goes through
-                // the formatting machinery four times.
+                // the formatting machinery four times. At most 15 bytes, so
+                // no push can fail.
+                let digit = |d: u8| char::from(b'0' + d);
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
-                        key.push(b'.');
+                        let _ = key.try_push('.');
                     }
                     if octet >= 100 {
-                        key.push(b'0' + octet / 100);
+                        let _ = key.try_push(digit(octet / 100));
                     }
                     if octet >= 10 {
-                        key.push(b'0' + octet / 10 % 10);
+                        let _ = key.try_push(digit(octet / 10 % 10));
                     }
-                    key.push(b'0' + octet % 10);
+                    let _ = key.try_push(digit(octet % 10));
                 }
             }
             (None, IpAddr::V6(v6)) => {
@@ -195,29 +192,11 @@ impl IpKey {
             }
             (None, IpAddr::V4(_)) => unreachable!("IPv4 is handled above"),
         }
-        key
-    }
-
-    fn push(&mut self, byte: u8) {
-        if let Some(slot) = self.buf.get_mut(self.len) {
-            *slot = byte;
-            self.len += 1;
-        }
+        IpKey(key)
     }
 
     fn as_str(&self) -> &str {
-        // Only ASCII is ever written.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl std::fmt::Write for IpKey {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        slot.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
+        self.0.as_str()
     }
 }
 
