@@ -14,7 +14,6 @@ use crate::{ConcurrencyLimitLayer, LockLayer, LockVerdict, RateLimitLayer, RateV
 
 trait DecideRate: Send + Sync {
     fn decide<'a>(&'a self, parts: RequestParts<'a>) -> ErasedDecision<'a>;
-    fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision);
     fn for_each_field(&self, decision: &Decision, f: &mut dyn FnMut(&HeaderName, HeaderValue));
     fn headers_read(&self) -> HeadersRead<'_>;
 }
@@ -22,10 +21,6 @@ trait DecideRate: Send + Sync {
 impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
     fn decide<'a>(&'a self, parts: RequestParts<'a>) -> ErasedDecision<'a> {
         RateLimitLayer::decide_erased(self, parts)
-    }
-
-    fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
-        RateLimitLayer::apply_headers(self, headers, decision);
     }
 
     fn for_each_field(&self, decision: &Decision, f: &mut dyn FnMut(&HeaderName, HeaderValue)) {
@@ -58,7 +53,9 @@ impl SharedRateLimit {
 
     /// See [`RateLimitLayer::apply_headers`].
     pub fn apply_headers(&self, headers: &mut HeaderMap, decision: &Decision) {
-        self.0.apply_headers(headers, decision);
+        self.for_each_field(decision, |name, value| {
+            headers.insert(name.clone(), value);
+        });
     }
 
     /// See [`RateLimitLayer::for_each_field`].

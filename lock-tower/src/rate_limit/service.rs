@@ -9,16 +9,16 @@ use lock_core::rate::{Decision, RateBackend};
 use tower::Service;
 
 use super::RateVerdict as Verdict;
-
-/// A decision for a type-erased caller: ready at once, or boxed.
-pub(crate) type ErasedDecision<'a> =
-    Either<std::future::Ready<Verdict>, futures_util::future::BoxFuture<'a, Verdict>>;
 use super::future::ResponseFuture;
 use super::layer::Shared;
 use crate::failure::{MissingKey, OnBackendFailure};
 use crate::headers;
 use crate::key::{KeyExtractor, RequestParts};
 use crate::response::{plain, unavailable};
+
+/// A decision for a type-erased caller: ready at once, or boxed.
+pub(crate) type ErasedDecision<'a> =
+    Either<std::future::Ready<Verdict>, futures_util::future::BoxFuture<'a, Verdict>>;
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer). Clones share
 /// the limiter, so limits hold across clones (and, on Redis, instances).
@@ -53,7 +53,7 @@ impl<S, B, K> RateLimit<S, B, K> {
 /// How a decision starts. Lives for one call; boxing the verdict would
 /// cost an allocation per request.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Start {
+enum Start {
     Decided(Verdict),
     Ask { key: String, cost: u32 },
 }
