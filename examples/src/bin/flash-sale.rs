@@ -79,10 +79,11 @@ async fn run() -> Result<ExitCode, String> {
     let shop = Shop::from_env(ShopConfig::default())
         .await
         .map_err(|e| format!("cannot reach Redis: {e}"))?;
-    println!(
-        "backend: {} (set REDIS_URL to use Redis)",
-        shop.backend_name()
-    );
+    let hint = match shop.backend_name() {
+        "memory" => " (set REDIS_URL to use Redis)",
+        _ => " (from REDIS_URL)",
+    };
+    println!("backend: {}{hint}", shop.backend_name());
     match args.command.as_str() {
         "serve" => {
             let server = RunningServer::start(args.framework, shop.clone(), args.port)
