@@ -122,11 +122,17 @@ pub fn apply(
 
 /// The rate-limit fields of one decision, built as soon as it is known, so
 /// the response future carries values rather than the layer's shared state.
+/// The `RateLimit` field is formatted at once; the others are kept as
+/// numbers until they are inserted, which keeps the response future small.
 pub(crate) struct Fields {
     ratelimit: Option<HeaderValue>,
     policy: HeaderValue,
-    retry_after: Option<HeaderValue>,
-    legacy: Option<[HeaderValue; 3]>,
+    /// `Retry-After` in seconds; 0 when the decision was allowed (a refusal
+    /// always waits at least a second).
+    retry_after: u64,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`, when sent.
+    legacy: Option<(u32, u32)>,
+    reset: u64,
 }
 
 impl Fields {
@@ -151,14 +157,13 @@ impl Fields {
         Fields {
             ratelimit: HeaderValue::from_maybe_shared(Bytes::from(value)).ok(),
             policy: policy_value.clone(),
-            retry_after: (!decision.allowed).then(|| retry_after(decision.retry_after)),
-            legacy: legacy.then(|| {
-                [
-                    HeaderValue::from(decision.limit),
-                    HeaderValue::from(decision.remaining),
-                    HeaderValue::from(reset),
-                ]
-            }),
+            retry_after: if decision.allowed {
+                0
+            } else {
+                ceil_secs(decision.retry_after).max(1)
+            },
+            legacy: legacy.then_some((decision.limit, decision.remaining)),
+            reset,
         }
     }
 
@@ -175,13 +180,13 @@ impl Fields {
             f(&RATELIMIT, value);
         }
         f(&RATELIMIT_POLICY, self.policy);
-        if let Some(value) = self.retry_after {
-            f(&RETRY_AFTER, value);
+        if self.retry_after > 0 {
+            f(&RETRY_AFTER, HeaderValue::from(self.retry_after));
         }
-        if let Some([limit, remaining, reset]) = self.legacy {
-            f(&X_RATELIMIT_LIMIT, limit);
-            f(&X_RATELIMIT_REMAINING, remaining);
-            f(&X_RATELIMIT_RESET, reset);
+        if let Some((limit, remaining)) = self.legacy {
+            f(&X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+            f(&X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            f(&X_RATELIMIT_RESET, HeaderValue::from(self.reset));
         }
     }
 }

@@ -50,11 +50,17 @@ impl<S, B, K> RateLimit<S, B, K> {
     }
 }
 
-/// How a decision starts. Lives for one call; boxing the verdict would
-/// cost an allocation per request.
-#[allow(clippy::large_enum_variant)]
+/// How a decision starts. Small on purpose: it is returned by value on
+/// every request, and a refusal's response is built only once it is known
+/// to be needed.
 enum Start {
-    Decided(Verdict),
+    /// The backend decided at once.
+    Decided(Decision),
+    /// The request has no key, or its key is not a valid name.
+    NoKey,
+    /// The backend cannot decide with this configuration.
+    Misconfigured,
+    /// Ask the backend, asynchronously.
     Ask { key: String, cost: u32 },
 }
 
@@ -94,8 +100,8 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// Extracts the key and cost of `request` and decides.
     pub(super) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
         match self.start(request) {
-            Start::Decided(verdict) => verdict,
             Start::Ask { key, cost } => self.decide(key, cost).await,
+            decided => self.settle(decided),
         }
     }
 
@@ -104,8 +110,8 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// waiting) comes back ready, without boxing a future.
     pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
         match self.start(request) {
-            Start::Decided(verdict) => Either::Left(std::future::ready(verdict)),
             Start::Ask { key, cost } => Either::Right(Box::pin(self.decide(key, cost))),
+            decided => Either::Left(std::future::ready(self.settle(decided))),
         }
     }
 
@@ -115,10 +121,17 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     fn start(&self, request: RequestParts<'_>) -> Start {
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
         self.key.with_key(request, |key| match key {
-            None => Start::Decided(self.missing_key()),
-            Some(key) => match self.decide_now(key, cost) {
-                Some(verdict) => Start::Decided(verdict),
-                None => Start::Ask {
+            None => Start::NoKey,
+            Some(key) => match self.limiter.check_cost_now(key, cost) {
+                Some(Ok(decision)) => Start::Decided(decision),
+                Some(Err(Error::InvalidName { .. })) => Start::NoKey,
+                Some(Err(error)) if !error.is_backend_failure() => {
+                    tracing::error!(%error, "rate limit cannot decide");
+                    Start::Misconfigured
+                }
+                // A backend that waits, or one that failed: the failure
+                // policy applies on the asynchronous path.
+                Some(Err(_)) | None => Start::Ask {
                     key: key.to_owned(),
                     cost,
                 },
@@ -126,28 +139,21 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
         })
     }
 
+    /// The verdict of a decision reached at once.
+    fn settle(&self, start: Start) -> Verdict {
+        match start {
+            Start::Decided(decision) => self.verdict(decision),
+            Start::NoKey => self.missing_key(),
+            Start::Misconfigured => misconfigured(),
+            Start::Ask { .. } => unreachable!("an asynchronous decision is not settled at once"),
+        }
+    }
+
     fn missing_key(&self) -> Verdict {
         self.metrics.count_missing_key();
         match self.missing_key {
             MissingKey::PassThrough => Verdict::Allow(None),
             MissingKey::Respond(status) => Verdict::Respond(plain(status, "No rate-limit key\n")),
-        }
-    }
-
-    /// The verdict for `key` if the backend decides without waiting and
-    /// without failing; `None` sends the request down the asynchronous path.
-    fn decide_now(&self, key: &str, cost: u32) -> Option<Verdict> {
-        match self.limiter.check_cost_now(key, cost)? {
-            Ok(decision) => Some(self.verdict(decision)),
-            Err(Error::InvalidName { .. }) => Some(self.missing_key()),
-            Err(error) if !error.is_backend_failure() => {
-                tracing::error!(%error, "rate limit cannot decide");
-                Some(Verdict::Respond(plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Rate limit misconfigured\n",
-                )))
-            }
-            Err(_) => None,
         }
     }
 
@@ -162,10 +168,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
             Err(Error::InvalidName { .. }) => return self.missing_key(),
             Err(error) if !error.is_backend_failure() => {
                 tracing::error!(%error, "rate limit cannot decide");
-                return Verdict::Respond(plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Rate limit misconfigured\n",
-                ));
+                return misconfigured();
             }
             Err(error) => error,
         };
@@ -190,6 +193,13 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     }
 }
 
+fn misconfigured() -> Verdict {
+    Verdict::Respond(plain(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Rate limit misconfigured\n",
+    ))
+}
+
 impl<S, B, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, B, K>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -211,15 +221,22 @@ where
         // A request without a key, or a backend that decides without
         // waiting (in memory), is answered here: no boxed future, no shared
         // state carried along, and the ready service itself is called.
-        let (key, cost) = match self.shared.start(RequestParts::new(&request)) {
-            Start::Decided(Verdict::Allow(decision)) => {
-                let fields = decision.and_then(|decision| self.shared.fields(&decision));
+        let shared = &self.shared;
+        let (key, cost) = match shared.start(RequestParts::new(&request)) {
+            Start::Decided(decision) if decision.allowed => {
+                shared.metrics.count_allowed();
+                let fields = shared.fields(&decision);
                 return ResponseFuture::calling(self.inner.call(request), fields);
             }
-            Start::Decided(Verdict::Limited { response, .. } | Verdict::Respond(response)) => {
-                return ResponseFuture::ready(response);
-            }
             Start::Ask { key, cost } => (key, cost),
+            decided => match shared.settle(decided) {
+                Verdict::Allow(_) => {
+                    return ResponseFuture::calling(self.inner.call(request), None);
+                }
+                Verdict::Limited { response, .. } | Verdict::Respond(response) => {
+                    return ResponseFuture::ready(response);
+                }
+            },
         };
         // The clone that was driven to readiness serves this request.
         let clone = self.inner.clone();
