@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arrayvec::ArrayVec;
 use hashbrown::HashTable;
-use quanta::Instant;
+use quanta::{Clock, Instant};
 
 use super::{Algorithm, Decision, MAX_QUOTAS, Policy, RateBackend, RateKey, decision};
 use crate::backend::MemoryBackend;
@@ -83,6 +83,9 @@ pub(crate) struct RateTable {
     /// Keys come from clients (IP addresses, user ids): the hasher is keyed
     /// at random, like std's, but faster.
     hasher: ahash::RandomState,
+    /// The table's own clock: `Instant::now()` would look up a global clock
+    /// and a per-thread override on every decision.
+    clock: Clock,
     base: Instant,
     max_keys: usize,
 }
@@ -109,16 +112,18 @@ struct Raw {
 
 impl RateTable {
     pub(crate) fn new(max_keys: usize) -> Self {
+        let clock = Clock::new();
         RateTable {
             map: Mutex::new(Map::default()),
             hasher: ahash::RandomState::new(),
-            base: Instant::now(),
+            base: clock.now(),
+            clock,
             max_keys: max_keys.max(1),
         }
     }
 
     fn now_us(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+        u64::try_from(self.clock.now().duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Live keys (for tests of eviction).
