@@ -98,7 +98,7 @@ pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
     // misread the middle of another character.
     let bytes = s.as_bytes();
     // Fast path: printable ASCII below `{` (addresses, ids, paths).
-    if bytes.iter().all(|b| (b' '..b'{').contains(b)) {
+    if plain(bytes) {
         return Ok(());
     }
     for (i, &b) in bytes.iter().enumerate() {
@@ -115,6 +115,25 @@ pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether every byte is in `b' '..b'{'`, tested eight bytes at a time:
+/// in a word, a byte below 0x20 gets its top bit set by subtracting 0x20 from
+/// every byte, and a byte of 0x7b or more by adding 0x05 (or has it already).
+/// A borrow or carry between bytes only starts at a byte that is flagged
+/// itself, so the answer for the word as a whole is exact.
+fn plain(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const TOP: u64 = ONES << 7;
+    let word = |x: u64| (x.wrapping_sub(0x20 * ONES) & !x) | x.wrapping_add(0x05 * ONES) | x;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut flagged = 0;
+    for chunk in &mut chunks {
+        let mut eight = [0; 8];
+        eight.copy_from_slice(chunk);
+        flagged |= word(u64::from_le_bytes(eight));
+    }
+    flagged & TOP == 0 && chunks.remainder().iter().all(|b| (b' '..b'{').contains(b))
 }
 
 fn control(s: &str) -> Error {
@@ -191,6 +210,28 @@ impl fmt::Debug for KeySpace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_bytes_are_found_eight_at_a_time() {
+        // Every byte value at every position of words and tails, next to
+        // the bytes at both edges of the range.
+        for len in 1..=17 {
+            for at in 0..len {
+                for filler in [b' ', b'z', b'a'] {
+                    for b in 0..=255u8 {
+                        let mut bytes = vec![filler; len];
+                        bytes[at] = b;
+                        assert_eq!(
+                            plain(&bytes),
+                            (b' '..b'{').contains(&b),
+                            "byte {b:#x} at {at} of {len}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(plain(b""));
+    }
 
     #[test]
     fn rejects_bad_names() {
