@@ -12,6 +12,8 @@
 //! 3. Redlock over 5 servers: ours vs `rslock`, and vs our single server;
 //! 4. HTTP: axum with our layer (memory) vs `tower_governor`, our layer on
 //!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
+//!    in process, the same layers' time, allocations and (under `valgrind`,
+//!    when it is installed) instructions per request;
 //! 5. resident memory of the memory backend after one million distinct keys.
 
 use std::net::SocketAddr;
@@ -87,6 +89,14 @@ async fn main() -> Result<(), Error> {
     if std::env::args().any(|a| a == "--memory-probe") {
         return memory(&scale).await;
     }
+    if let Some(router) = std::env::args().skip_while(|a| a != "--layer-loop").nth(1) {
+        let n = std::env::args()
+            .skip_while(|a| a != "--layer-loop")
+            .nth(2)
+            .ok_or("--layer-loop <router> <requests>")?
+            .parse()?;
+        return layer_loop(&router, n).await;
+    }
     // `--only 3,4` runs just those sections.
     let only: Option<Vec<String>> = std::env::args()
         .skip_while(|a| a != "--only")
@@ -108,6 +118,9 @@ async fn main() -> Result<(), Error> {
     if run("4") || run("4a") {
         println!("\n## 4. HTTP\n");
         layer_cost(&scale).await?;
+    }
+    if run("4") || run("4i") {
+        layer_instructions(quick)?;
     }
     if run("4") || run("4c") {
         actix_layer_cost(&scale)?;
@@ -709,48 +722,22 @@ async fn per_request(app: Router, n: usize) -> Result<(f64, f64), Error> {
 
 /// What the rate-limit layers cost per request without HTTP around them.
 async fn layer_cost(scale: &Scale) -> Result<(), Error> {
-    let hello = || Router::new().route("/", get(|| async { "hello" }));
-    use tower_governor::governor::GovernorConfigBuilder;
-    let governor = || {
-        GovernorConfigBuilder::default()
-            .per_nanosecond(1)
-            .burst_size(u32::MAX)
-            .finish()
-            .ok_or("governor config")
-    };
-    // `use_headers` changes the builder's type: it must be chained.
-    let governor_headers = || {
-        GovernorConfigBuilder::default()
-            .per_nanosecond(1)
-            .burst_size(u32::MAX)
-            .use_headers()
-            .finish()
-            .ok_or("governor config")
-    };
     let n = scale.iterations * 5;
     let mut rows = Vec::new();
     // Interleaved rounds; each router's fastest round is reported (on a
-    // shared machine, interference only ever adds time).
+    // shared machine, interference only ever adds time). Columns in the
+    // order of `LAYER_ROUTERS`.
     const ROUNDS: usize = 9;
     for _ in 0..ROUNDS {
-        let bare = per_request(hello(), n).await?;
-        let ours = per_request(hello().layer(memory_layer()?), n).await?;
-        let theirs = per_request(
-            hello().layer(tower_governor::GovernorLayer::new(governor()?)),
-            n,
-        )
-        .await?;
-        let theirs_headers = per_request(
-            hello().layer(tower_governor::GovernorLayer::new(governor_headers()?)),
-            n,
-        )
-        .await?;
-        let ours_quiet = per_request(hello().layer(quiet_layer()?), n).await?;
-        rows.push([bare, ours, theirs, theirs_headers, ours_quiet]);
+        let mut row = [(0.0, 0.0); LAYER_ROUTERS.len()];
+        for (cell, name) in row.iter_mut().zip(LAYER_ROUTERS) {
+            *cell = per_request(layer_router(name)?, n).await?;
+        }
+        rows.push(row);
     }
     let fastest = |i: usize| {
         rows.iter()
-            .map(|r: &[(f64, f64); 5]| r[i].0)
+            .map(|r: &[(f64, f64); LAYER_ROUTERS.len()]| r[i].0)
             .fold(f64::INFINITY, f64::min)
     };
     let allocations = |i: usize| rows[0][i].1;
@@ -761,12 +748,7 @@ async fn layer_cost(scale: &Scale) -> Result<(), Error> {
     println!("| router | ns/request | layer cost (ns) | allocations/request |");
     println!("|---|---:|---:|---:|");
     println!("| axum, no layer | {bare:.0} | 0 | {:.1} |", allocations(0));
-    for (label, i) in [
-        ("axum + ours (memory)", 1),
-        ("axum + ours (memory), fields on refusals only", 4),
-        ("axum + tower_governor", 2),
-        ("axum + tower_governor with headers", 3),
-    ] {
+    for (i, label) in LAYER_LABELS.iter().enumerate().skip(1) {
         println!(
             "| {label} | {:.0} | {:.0} | {:.1} |",
             fastest(i),
@@ -778,11 +760,118 @@ async fn layer_cost(scale: &Scale) -> Result<(), Error> {
     println!("\n| like for like | ratio of layer cost |\n|---|---:|");
     println!(
         "| fields on every response: ours / tower_governor with headers | {:.2}x |",
-        cost(1) / cost(3)
+        cost(1) / cost(4)
     );
     println!(
         "| no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
-        cost(4) / cost(2)
+        cost(2) / cost(3)
+    );
+    Ok(())
+}
+
+/// The axum routers whose layers are compared in process, by name.
+const LAYER_ROUTERS: [&str; 5] = ["bare", "ours", "ours-quiet", "governor", "governor-headers"];
+/// How the tables name [`LAYER_ROUTERS`].
+const LAYER_LABELS: [&str; 5] = [
+    "axum, no layer",
+    "axum + ours (memory)",
+    "axum + ours (memory), fields on refusals only",
+    "axum + tower_governor",
+    "axum + tower_governor with headers",
+];
+
+fn layer_router(name: &str) -> Result<Router, Error> {
+    use tower_governor::governor::GovernorConfigBuilder;
+    let hello = Router::new().route("/", get(|| async { "hello" }));
+    Ok(match name {
+        "bare" => hello,
+        "ours" => hello.layer(memory_layer()?),
+        "ours-quiet" => hello.layer(quiet_layer()?),
+        "governor" => hello.layer(tower_governor::GovernorLayer::new(
+            GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .finish()
+                .ok_or("governor config")?,
+        )),
+        // `use_headers` changes the builder's type: it must be chained.
+        "governor-headers" => hello.layer(tower_governor::GovernorLayer::new(
+            GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .use_headers()
+                .finish()
+                .ok_or("governor config")?,
+        )),
+        other => return Err(format!("no router named {other}").into()),
+    })
+}
+
+/// Calls the router `name` in process `n` times after a fixed warm-up; run
+/// under `valgrind` by [`layer_instructions`].
+async fn layer_loop(name: &str, n: usize) -> Result<(), Error> {
+    per_request(layer_router(name)?, n).await?;
+    Ok(())
+}
+
+/// Instructions per request of each layer, counted by `valgrind`'s
+/// cachegrind: unlike time, the count barely moves with the load on a
+/// shared machine. Each router runs `n` and `2n` requests in a child
+/// process; the difference, divided by `n`, leaves out start-up and
+/// warm-up (which also scales with `n`, hence the 1.1).
+fn layer_instructions(quick: bool) -> Result<(), Error> {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!(
+            "Instructions per request: skipped, `valgrind` is not installed (`apt-get install valgrind`).\n"
+        );
+        return Ok(());
+    }
+    let n: usize = if quick { 20_000 } else { 100_000 };
+    let count = |router: &str, requests: usize| -> Result<f64, Error> {
+        let output = Command::new("valgrind")
+            .args(["--tool=cachegrind", "--cache-sim=no"])
+            .arg("--cachegrind-out-file=/dev/null")
+            .arg(std::env::current_exe()?)
+            .args(["--layer-loop", router, &requests.to_string()])
+            .output()?;
+        if !output.status.success() {
+            return Err(format!("valgrind on {router}: {}", output.status).into());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let refs = stderr
+            .lines()
+            .find_map(|line| line.split_once("I   refs:").or(line.split_once("I refs:")))
+            .ok_or("no instruction count in valgrind's output")?
+            .1
+            .trim()
+            .replace(',', "");
+        Ok(refs.parse::<u64>()? as f64)
+    };
+    let mut per = Vec::new();
+    for router in LAYER_ROUTERS {
+        let once = count(router, n)?;
+        let twice = count(router, 2 * n)?;
+        // `per_request` warms up with a tenth of its requests.
+        per.push((twice - once) / (1.1 * n as f64));
+    }
+    let bare = per[0];
+    println!(
+        "In process under valgrind (cachegrind), instructions per request: {n} and {} requests per router, difference divided\n",
+        2 * n
+    );
+    println!("| router | instructions/request | layer (instructions) |\n|---|---:|---:|");
+    for (label, per) in LAYER_LABELS.iter().zip(&per) {
+        println!("| {label} | {per:.0} | {:.0} |", per - bare);
+    }
+    let layer = |i: usize| per[i] - bare;
+    println!("\n| like for like | ratio of layer instructions |\n|---|---:|");
+    println!(
+        "| fields on every response: ours / tower_governor with headers | {:.2}x |",
+        layer(1) / layer(4)
+    );
+    println!(
+        "| no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
+        layer(2) / layer(3)
     );
     Ok(())
 }
