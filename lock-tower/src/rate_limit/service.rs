@@ -54,14 +54,20 @@ impl<S, B, K> RateLimit<S, B, K> {
 /// every request, and a refusal's response is built only once it is known
 /// to be needed.
 enum Start {
-    /// The backend decided at once.
+    /// Settled without waiting.
+    Now(Now),
+    /// Ask the backend, asynchronously.
+    Ask { key: String, cost: u32 },
+}
+
+/// A decision reached without waiting.
+enum Now {
+    /// The backend decided.
     Decided(Decision),
     /// The request has no key, or its key is not a valid name.
     NoKey,
     /// The backend cannot decide with this configuration.
     Misconfigured,
-    /// Ask the backend, asynchronously.
-    Ask { key: String, cost: u32 },
 }
 
 impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
@@ -100,8 +106,8 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// Extracts the key and cost of `request` and decides.
     pub(super) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
         match self.start(request) {
+            Start::Now(now) => self.settle(now),
             Start::Ask { key, cost } => self.decide(key, cost).await,
-            decided => self.settle(decided),
         }
     }
 
@@ -110,8 +116,8 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// waiting) comes back ready, without boxing a future.
     pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
         match self.start(request) {
+            Start::Now(now) => Either::Left(std::future::ready(self.settle(now))),
             Start::Ask { key, cost } => Either::Right(Box::pin(self.decide(key, cost))),
-            decided => Either::Left(std::future::ready(self.settle(decided))),
         }
     }
 
@@ -121,13 +127,13 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     fn start(&self, request: RequestParts<'_>) -> Start {
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
         self.key.with_key(request, |key| match key {
-            None => Start::NoKey,
+            None => Start::Now(Now::NoKey),
             Some(key) => match self.limiter.check_cost_now(key, cost) {
-                Some(Ok(decision)) => Start::Decided(decision),
-                Some(Err(Error::InvalidName { .. })) => Start::NoKey,
+                Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
+                Some(Err(Error::InvalidName { .. })) => Start::Now(Now::NoKey),
                 Some(Err(error)) if !error.is_backend_failure() => {
                     tracing::error!(%error, "rate limit cannot decide");
-                    Start::Misconfigured
+                    Start::Now(Now::Misconfigured)
                 }
                 // A backend that waits, or one that failed: the failure
                 // policy applies on the asynchronous path.
@@ -139,13 +145,12 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
         })
     }
 
-    /// The verdict of a decision reached at once.
-    fn settle(&self, start: Start) -> Verdict {
-        match start {
-            Start::Decided(decision) => self.verdict(decision),
-            Start::NoKey => self.missing_key(),
-            Start::Misconfigured => misconfigured(),
-            Start::Ask { .. } => unreachable!("an asynchronous decision is not settled at once"),
+    /// The verdict of a decision reached without waiting.
+    fn settle(&self, now: Now) -> Verdict {
+        match now {
+            Now::Decided(decision) => self.verdict(decision),
+            Now::NoKey => self.missing_key(),
+            Now::Misconfigured => misconfigured(),
         }
     }
 
@@ -223,20 +228,22 @@ where
         // state carried along, and the ready service itself is called.
         let shared = &self.shared;
         let (key, cost) = match shared.start(RequestParts::new(&request)) {
-            Start::Decided(decision) if decision.allowed => {
+            // The common case, kept apart so that no verdict is built.
+            Start::Now(Now::Decided(decision)) if decision.allowed => {
                 shared.metrics.count_allowed();
                 let fields = shared.fields(&decision);
                 return ResponseFuture::calling(self.inner.call(request), fields);
             }
-            Start::Ask { key, cost } => (key, cost),
-            decided => match shared.settle(decided) {
-                Verdict::Allow(_) => {
-                    return ResponseFuture::calling(self.inner.call(request), None);
+            Start::Now(now) => match shared.settle(now) {
+                Verdict::Allow(decision) => {
+                    let fields = decision.and_then(|decision| shared.fields(&decision));
+                    return ResponseFuture::calling(self.inner.call(request), fields);
                 }
                 Verdict::Limited { response, .. } | Verdict::Respond(response) => {
                     return ResponseFuture::ready(response);
                 }
             },
+            Start::Ask { key, cost } => (key, cost),
         };
         // The clone that was driven to readiness serves this request.
         let clone = self.inner.clone();
