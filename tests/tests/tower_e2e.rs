@@ -13,8 +13,8 @@ use lock_core::backend::MemoryBackend;
 use lock_core::lock::LockBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 use lock_tests::http::{TestClient, TestServer};
-use lock_tower::key::{ClientIp, PathKey, PeerIp};
-use lock_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
+use lock_tower::key::{ClientIp, HeaderKey, PathKey, PeerIp};
+use lock_tower::{ConcurrencyLimitLayer, LockLayer, MissingKey, RateLimitLayer};
 
 fn limiter<B: RateBackend>(backend: B, scope: &str, limit: u32) -> RateLimiter<B> {
     let quota = Quota::per_minute(NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN));
@@ -414,6 +414,48 @@ async fn sequential_requests_on_one_key_are_never_refused<B: LockBackend>(backen
     }
 }
 
+/// A request without a key, or with one that is not a valid name, gets the
+/// layer's missing-key answer; one with a key is limited as usual.
+async fn requests_without_a_key_follow_the_missing_key_policy<B: RateBackend>(backend: B) {
+    let user = http::HeaderName::from_static("x-user");
+    let strict = RateLimitLayer::new(
+        limiter(backend.clone(), "strict", 5),
+        HeaderKey::new(user.clone()),
+    );
+    let lenient = RateLimitLayer::new(limiter(backend, "lenient", 5), HeaderKey::new(user))
+        .on_missing_key(MissingKey::PassThrough);
+    let (strict_metrics, lenient_metrics) = (strict.metrics(), lenient.metrics());
+    let app = |layer| {
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer)
+    };
+    let strict = TestServer::start(app(strict)).await;
+    let lenient = TestServer::start(app(lenient)).await;
+    let client = TestClient::new();
+    for headers in [&[][..], &[("x-user", "a{b}")][..]] {
+        let refused = client.get(&strict.url("/"), headers).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{headers:?}"
+        );
+        assert_eq!(refused.header("ratelimit"), "");
+        let passed = client.get(&lenient.url("/"), headers).await;
+        assert_eq!(passed.status, StatusCode::OK, "{headers:?}");
+        assert_eq!(passed.header("ratelimit"), "", "no decision, no fields");
+    }
+    for server in [&strict, &lenient] {
+        let keyed = client.get(&server.url("/"), &[("x-user", "u1")]).await;
+        assert_eq!(keyed.status, StatusCode::OK);
+        assert!(keyed.header("ratelimit").starts_with("\"default\";r=4;"));
+    }
+    for metrics in [strict_metrics, lenient_metrics] {
+        assert_eq!(metrics.missing_keys(), 2);
+        assert_eq!(metrics.allowed(), 1);
+    }
+}
+
 macro_rules! on_both_backends {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -439,6 +481,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     limits_exactly_with_headers,
     headers_can_be_kept_to_refusals,
+    requests_without_a_key_follow_the_missing_key_policy,
     spoofed_forwarded_for_does_not_change_the_key,
     lock_serializes_one_key_and_not_others,
     busy_key_is_refused_or_times_out,
