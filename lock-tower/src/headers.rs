@@ -160,7 +160,7 @@ impl Fields {
             retry_after: if decision.allowed {
                 0
             } else {
-                ceil_secs(decision.retry_after).max(1)
+                retry_secs(decision.retry_after)
             },
             legacy: legacy.then_some((decision.limit, decision.remaining)),
             reset,
@@ -193,7 +193,11 @@ impl Fields {
 
 /// `Retry-After` in whole seconds, rounded up, at least 1.
 pub fn retry_after(d: Duration) -> HeaderValue {
-    HeaderValue::from(ceil_secs(d).max(1))
+    HeaderValue::from(retry_secs(d))
+}
+
+fn retry_secs(d: Duration) -> u64 {
+    ceil_secs(d).max(1)
 }
 
 #[cfg(test)]
