@@ -89,10 +89,10 @@ async fn main() -> Result<(), Error> {
     if std::env::args().any(|a| a == "--memory-probe") {
         return memory(&scale).await;
     }
-    if let Some(router) = std::env::args().skip_while(|a| a != "--layer-loop").nth(1) {
-        let n = std::env::args()
-            .skip_while(|a| a != "--layer-loop")
-            .nth(2)
+    let mut layer_loop_args = std::env::args().skip_while(|a| a != "--layer-loop").skip(1);
+    if let Some(router) = layer_loop_args.next() {
+        let n = layer_loop_args
+            .next()
             .ok_or("--layer-loop <router> <requests>")?
             .parse()?;
         return layer_loop(&router, n).await;
@@ -756,17 +756,22 @@ async fn layer_cost(scale: &Scale) -> Result<(), Error> {
             allocations(i)
         );
     }
-    let cost = |i: usize| fastest(i) - bare;
-    println!("\n| like for like | ratio of layer cost |\n|---|---:|");
+    like_for_like("layer cost", |i| fastest(i) - bare);
+    Ok(())
+}
+
+/// The like-for-like ratios of a per-router measure of the layers, given by
+/// position in [`LAYER_ROUTERS`].
+fn like_for_like(measure: &str, layer: impl Fn(usize) -> f64) {
+    println!("\n| like for like | ratio of {measure} |\n|---|---:|");
     println!(
         "| fields on every response: ours / tower_governor with headers | {:.2}x |",
-        cost(1) / cost(4)
+        layer(1) / layer(4)
     );
     println!(
         "| no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
-        cost(2) / cost(3)
+        layer(2) / layer(3)
     );
-    Ok(())
 }
 
 /// The axum routers whose layers are compared in process, by name.
@@ -807,8 +812,8 @@ fn layer_router(name: &str) -> Result<Router, Error> {
     })
 }
 
-/// Calls the router `name` in process `n` times after a fixed warm-up; run
-/// under `valgrind` by [`layer_instructions`].
+/// Calls the router `name` in process `n` times, after a warm-up of a tenth
+/// as many; run under `valgrind` by [`layer_instructions`].
 async fn layer_loop(name: &str, n: usize) -> Result<(), Error> {
     per_request(layer_router(name)?, n).await?;
     Ok(())
@@ -863,16 +868,7 @@ fn layer_instructions(quick: bool) -> Result<(), Error> {
     for (label, per) in LAYER_LABELS.iter().zip(&per) {
         println!("| {label} | {per:.0} | {:.0} |", per - bare);
     }
-    let layer = |i: usize| per[i] - bare;
-    println!("\n| like for like | ratio of layer instructions |\n|---|---:|");
-    println!(
-        "| fields on every response: ours / tower_governor with headers | {:.2}x |",
-        layer(1) / layer(4)
-    );
-    println!(
-        "| no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
-        layer(2) / layer(3)
-    );
+    like_for_like("layer instructions", |i| per[i] - bare);
     Ok(())
 }
 
