@@ -1,0 +1,239 @@
+//! Section 4 over HTTP: axum and actix-web servers with and without the
+//! layers, under the load generator.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use lock_core::backend::RedisBackend;
+use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+use lock_tests::RedisServer;
+use lock_tests::bench::Error;
+use lock_tests::http::TestServer;
+use lock_tower::RateLimitLayer;
+use lock_tower::key::{GlobalKey, PeerIp};
+
+use crate::layers::{gcra_policy, huge, memory_layer, quiet_layer};
+use crate::load::load;
+use crate::{Scale, micros};
+
+pub(super) async fn http(scale: &Scale) -> Result<(), Error> {
+    let hello = || Router::new().route("/", get(|| async { "hello" }));
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(&redis.url()).await?;
+
+    let bare = TestServer::start(hello()).await;
+    let ours_memory = TestServer::start(hello().layer(memory_layer()?)).await;
+    let governor = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .finish()
+        .ok_or("governor config")?;
+    let theirs_memory =
+        TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor))).await;
+    let ours_quiet = TestServer::start(hello().layer(quiet_layer()?)).await;
+    // The same with rate-limit headers on every response, as ours sends.
+    let governor_headers = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .use_headers()
+        .finish()
+        .ok_or("governor config")?;
+    let theirs_memory_headers =
+        TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor_headers)))
+            .await;
+    let ours_redis = TestServer::start(hello().layer(RateLimitLayer::new(
+        RateLimiter::new(backend.clone(), "http", gcra_policy())?,
+        PeerIp::new(),
+    )))
+    .await;
+
+    let ours_actix = actix_server(ActixVariant::Ours(redis.url(), true))?;
+    // actix-limitation sends no rate-limit fields at all.
+    let ours_actix_quiet = actix_server(ActixVariant::Ours(redis.url(), false))?;
+    let theirs_actix = actix_server(ActixVariant::Limitation(redis.url()))?;
+    let bare_actix = actix_server(ActixVariant::Bare)?;
+    let targets = [
+        ("axum, no layer", bare.addr()),
+        ("axum + ours (memory)", ours_memory.addr()),
+        ("axum + tower_governor", theirs_memory.addr()),
+        (
+            "axum + tower_governor with headers",
+            theirs_memory_headers.addr(),
+        ),
+        ("axum + ours (redis)", ours_redis.addr()),
+        ("actix + ours (redis)", ours_actix.0),
+        ("actix + actix-limitation (redis)", theirs_actix.0),
+        (
+            "axum + ours (memory), fields on refusals only",
+            ours_quiet.addr(),
+        ),
+        ("actix, no layer", bare_actix.0),
+        (
+            "actix + ours (redis), fields on refusals only",
+            ours_actix_quiet.0,
+        ),
+    ];
+    // Each level of concurrency in interleaved rounds, so drift on a shared
+    // machine hits every server alike; each server's median round is
+    // reported. At 32 connections a server that waits on Redis round trips
+    // is partly idle; at 128 every server here is saturated.
+    const ROUNDS: u32 = 5;
+    const LEVELS: [usize; 2] = [32, 128];
+    let mut results: Vec<Vec<Vec<(f64, Duration)>>> =
+        vec![vec![Vec::new(); targets.len()]; LEVELS.len()];
+    for (&concurrency, level) in LEVELS.iter().zip(results.iter_mut()) {
+        for _ in 0..ROUNDS {
+            for ((_, addr), result) in targets.iter().zip(level.iter_mut()) {
+                result.push(load(*addr, concurrency, scale.http_for / ROUNDS).await?);
+            }
+        }
+    }
+    // Each comparison is the median over rounds of the two servers' ratio
+    // in the same round: drift between rounds cancels out.
+    let paired = |level: &[Vec<(f64, Duration)>], a: usize, b: usize| {
+        let mut ratios: Vec<f64> = level[a]
+            .iter()
+            .zip(&level[b])
+            .map(|(x, y)| x.0 / y.0)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
+    };
+    let comparisons = [
+        (
+            "fields on every response: ours (memory) / tower_governor with headers",
+            1,
+            3,
+        ),
+        (
+            "no fields on allowed responses: ours (memory) / tower_governor",
+            7,
+            2,
+        ),
+        ("ours (memory, default) / tower_governor (default)", 1, 2),
+        ("ours (memory) / no layer", 1, 0),
+        ("ours (redis) / no layer", 4, 0),
+        ("actix: ours (redis, default) / actix-limitation", 5, 6),
+        (
+            "actix, no fields on allowed responses (actix-limitation sends none): ours (redis) / actix-limitation",
+            9,
+            6,
+        ),
+        ("actix: ours (redis) / no layer", 5, 8),
+        ("actix: actix-limitation / no layer", 6, 8),
+    ];
+    println!(
+        "\nKeep-alive connections over loopback; at each level, {ROUNDS} interleaved rounds of {:?} per server, median round\n",
+        scale.http_for / ROUNDS
+    );
+    let header: String = LEVELS
+        .iter()
+        .map(|c| format!(" requests/s, {c} conns | p99, {c} conns |"))
+        .collect();
+    println!("| server |{header}");
+    println!("|---|{}", "---:|".repeat(2 * LEVELS.len()));
+    for (i, (label, _)) in targets.iter().enumerate() {
+        let cells: String = results
+            .iter()
+            .map(|level| {
+                let mut rounds = level[i].clone();
+                rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let (rps, p99) = rounds[rounds.len() / 2];
+                format!(" {rps:.0} | {} |", micros(p99))
+            })
+            .collect();
+        println!("| {label} |{cells}");
+    }
+    let header: String = LEVELS.iter().map(|c| format!(" {c} conns |")).collect();
+    println!("\n| comparison of requests/s (median of the ratios within a round) |{header}");
+    println!("|---|{}", "---:|".repeat(LEVELS.len()));
+    for (label, a, b) in comparisons {
+        let cells: String = results
+            .iter()
+            .map(|level| format!(" {:.2}x |", paired(level, a, b)))
+            .collect();
+        println!("| {label} |{cells}");
+    }
+    Ok(())
+}
+
+enum ActixVariant {
+    Bare,
+    /// Our middleware; whether allowed responses carry rate-limit fields.
+    Ours(String, bool),
+    Limitation(String),
+}
+
+/// An actix-web hello server with one worker on its own thread; stops with
+/// the process. Our backend connects inside the actix system, as it would in
+/// an `#[actix_web::main]` application, so its connection is driven there.
+fn actix_server(
+    variant: ActixVariant,
+) -> Result<(SocketAddr, actix_web::dev::ServerHandle), Error> {
+    use actix_web::{App, HttpServer, web};
+    fn hello() -> actix_web::Route {
+        web::get().to(|| async { "hello" })
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            // One worker, any free port: the address and the running server.
+            macro_rules! start {
+                ($factory:expr) => {{
+                    let bound = HttpServer::new($factory)
+                        .workers(1)
+                        .disable_signals()
+                        .bind(("127.0.0.1", 0))?;
+                    let addr = bound.addrs().first().copied().ok_or("no address")?;
+                    (addr, bound.run())
+                }};
+            }
+            let server = async {
+                let started = match variant {
+                    ActixVariant::Bare => start!(|| App::new().route("/", hello())),
+                    ActixVariant::Ours(url, fields_on_success) => {
+                        let limiter = RateLimiter::new(
+                            RedisBackend::connect(&url).await?,
+                            "actix",
+                            Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(huge())),
+                        )?;
+                        let middleware = lock_actix::RateLimit::new(
+                            RateLimitLayer::new(limiter, GlobalKey::new())
+                                .headers_on_success(fields_on_success),
+                        );
+                        start!(move || App::new().wrap(middleware.clone()).route("/", hello()))
+                    }
+                    ActixVariant::Limitation(url) => {
+                        let limiter = actix_limitation::Limiter::builder(url)
+                            .key_by(|_req: &actix_web::dev::ServiceRequest| {
+                                Some("global".to_owned())
+                            })
+                            .limit(1_000_000_000)
+                            .period(Duration::from_secs(3600))
+                            .build()?;
+                        let limiter = web::Data::new(limiter);
+                        start!(move || {
+                            App::new()
+                                .wrap(actix_limitation::RateLimiter::default())
+                                .app_data(limiter.clone())
+                                .route("/", hello())
+                        })
+                    }
+                };
+                Ok::<_, Error>(started)
+            };
+            match server.await {
+                Ok((addr, server)) => {
+                    let _ = tx.send(Ok((addr, server.handle())));
+                    let _ = server.await;
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                }
+            }
+        });
+    });
+    Ok(rx.recv()??)
+}

@@ -1,0 +1,222 @@
+//! Section 4, in process: the axum layers' time, allocations and
+//! instructions per request, without a socket.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::process::Command;
+use std::time::Instant;
+
+use axum::Router;
+use axum::routing::get;
+use lock_core::backend::MemoryBackend;
+use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+use lock_tests::bench::Error;
+use lock_tower::RateLimitLayer;
+use lock_tower::key::PeerIp;
+
+use crate::{ALLOCATIONS, Scale};
+
+pub(super) fn huge() -> NonZeroU32 {
+    NonZeroU32::new(1_000_000_000).unwrap_or(NonZeroU32::MAX)
+}
+
+pub(super) fn gcra_policy() -> Policy {
+    Policy::new(Algorithm::Gcra).quota(Quota::per_hour(huge()))
+}
+
+/// Our memory layer by peer address, as configured by default.
+pub(super) fn memory_layer() -> Result<RateLimitLayer<MemoryBackend, PeerIp>, Error> {
+    let limiter = RateLimiter::new(MemoryBackend::new(), "http", gcra_policy())?;
+    Ok(RateLimitLayer::new(limiter, PeerIp::new()))
+}
+
+/// Our memory layer sending rate-limit fields on refusals only, as
+/// `tower_governor` does by default.
+pub(super) fn quiet_layer() -> Result<RateLimitLayer<MemoryBackend, PeerIp>, Error> {
+    Ok(memory_layer()?.headers_on_success(false))
+}
+
+/// Nanoseconds per request through `app`, called in process (no socket),
+/// one request at a time, as the peer address arrives from axum.
+async fn per_request(app: Router, n: usize) -> Result<(f64, f64), Error> {
+    use tower::{Service, ServiceExt};
+    let peer: SocketAddr = "10.1.2.3:4567".parse()?;
+    let mut app = app.into_service::<axum::body::Body>();
+    let request = || {
+        let mut request = http::Request::new(axum::body::Body::empty());
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        request
+    };
+    // Warm up, then measure.
+    for _ in 0..n / 10 {
+        app.ready().await?.call(request()).await?;
+    }
+    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let started = Instant::now();
+    for _ in 0..n {
+        let response = app.ready().await?.call(request()).await?;
+        if !response.status().is_success() {
+            return Err(format!("refused: {}", response.status()).into());
+        }
+    }
+    let elapsed = started.elapsed();
+    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - allocations;
+    Ok((
+        elapsed.as_nanos() as f64 / n as f64,
+        allocations as f64 / n as f64,
+    ))
+}
+
+/// What the rate-limit layers cost per request without HTTP around them.
+pub(super) async fn layer_cost(scale: &Scale) -> Result<(), Error> {
+    let n = scale.iterations * 5;
+    let mut rows = Vec::new();
+    // Interleaved rounds; each router's fastest round is reported (on a
+    // shared machine, interference only ever adds time). Columns in the
+    // order of `LAYER_ROUTERS`.
+    const ROUNDS: usize = 9;
+    for _ in 0..ROUNDS {
+        let mut row = [(0.0, 0.0); LAYER_ROUTERS.len()];
+        for (cell, name) in row.iter_mut().zip(LAYER_ROUTERS) {
+            *cell = per_request(layer_router(name)?, n).await?;
+        }
+        rows.push(row);
+    }
+    let fastest = |i: usize| {
+        rows.iter()
+            .map(|r: &[(f64, f64); LAYER_ROUTERS.len()]| r[i].0)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let allocations = |i: usize| rows[0][i].1;
+    let bare = fastest(0);
+    println!(
+        "In process (no socket), one request at a time, {n} requests per round, fastest of {ROUNDS} interleaved rounds\n"
+    );
+    println!("| router | ns/request | layer cost (ns) | allocations/request |");
+    println!("|---|---:|---:|---:|");
+    println!("| axum, no layer | {bare:.0} | 0 | {:.1} |", allocations(0));
+    for (i, label) in LAYER_LABELS.iter().enumerate().skip(1) {
+        println!(
+            "| {label} | {:.0} | {:.0} | {:.1} |",
+            fastest(i),
+            fastest(i) - bare,
+            allocations(i)
+        );
+    }
+    like_for_like("layer cost", |i| fastest(i) - bare);
+    Ok(())
+}
+
+/// The like-for-like ratios of a per-router measure of the layers, given by
+/// position in [`LAYER_ROUTERS`].
+fn like_for_like(measure: &str, layer: impl Fn(usize) -> f64) {
+    println!("\n| like for like | ratio of {measure} |\n|---|---:|");
+    println!(
+        "| fields on every response: ours / tower_governor with headers | {:.2}x |",
+        layer(1) / layer(4)
+    );
+    println!(
+        "| no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
+        layer(2) / layer(3)
+    );
+}
+
+/// The axum routers whose layers are compared in process, by name.
+const LAYER_ROUTERS: [&str; 5] = ["bare", "ours", "ours-quiet", "governor", "governor-headers"];
+/// How the tables name [`LAYER_ROUTERS`].
+const LAYER_LABELS: [&str; 5] = [
+    "axum, no layer",
+    "axum + ours (memory)",
+    "axum + ours (memory), fields on refusals only",
+    "axum + tower_governor",
+    "axum + tower_governor with headers",
+];
+
+fn layer_router(name: &str) -> Result<Router, Error> {
+    use tower_governor::governor::GovernorConfigBuilder;
+    let hello = Router::new().route("/", get(|| async { "hello" }));
+    Ok(match name {
+        "bare" => hello,
+        "ours" => hello.layer(memory_layer()?),
+        "ours-quiet" => hello.layer(quiet_layer()?),
+        "governor" => hello.layer(tower_governor::GovernorLayer::new(
+            GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .finish()
+                .ok_or("governor config")?,
+        )),
+        // `use_headers` changes the builder's type: it must be chained.
+        "governor-headers" => hello.layer(tower_governor::GovernorLayer::new(
+            GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .use_headers()
+                .finish()
+                .ok_or("governor config")?,
+        )),
+        other => return Err(format!("no router named {other}").into()),
+    })
+}
+
+/// Calls the router `name` in process `n` times, after a warm-up of a tenth
+/// as many; run under `valgrind` by [`layer_instructions`].
+pub(super) async fn layer_loop(name: &str, n: usize) -> Result<(), Error> {
+    per_request(layer_router(name)?, n).await?;
+    Ok(())
+}
+
+/// Instructions per request of each layer, counted by `valgrind`'s
+/// cachegrind: unlike time, the count barely moves with the load on a
+/// shared machine. Each router runs `n` and `2n` requests in a child
+/// process; the difference, divided by `n`, leaves out start-up and
+/// warm-up (which also scales with `n`, hence the 1.1).
+pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!(
+            "Instructions per request: skipped, `valgrind` is not installed (`apt-get install valgrind`).\n"
+        );
+        return Ok(());
+    }
+    let n: usize = if quick { 20_000 } else { 100_000 };
+    let count = |router: &str, requests: usize| -> Result<f64, Error> {
+        let output = Command::new("valgrind")
+            .args(["--tool=cachegrind", "--cache-sim=no"])
+            .arg("--cachegrind-out-file=/dev/null")
+            .arg(std::env::current_exe()?)
+            .args(["--layer-loop", router, &requests.to_string()])
+            .output()?;
+        if !output.status.success() {
+            return Err(format!("valgrind on {router}: {}", output.status).into());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let refs = stderr
+            .lines()
+            .find_map(|line| line.split_once("I   refs:").or(line.split_once("I refs:")))
+            .ok_or("no instruction count in valgrind's output")?
+            .1
+            .trim()
+            .replace(',', "");
+        Ok(refs.parse::<u64>()? as f64)
+    };
+    let mut per = Vec::new();
+    for router in LAYER_ROUTERS {
+        let once = count(router, n)?;
+        let twice = count(router, 2 * n)?;
+        // `per_request` warms up with a tenth of its requests.
+        per.push((twice - once) / (1.1 * n as f64));
+    }
+    let bare = per[0];
+    println!(
+        "In process under valgrind (cachegrind), instructions per request: {n} and {} requests per router, difference divided\n",
+        2 * n
+    );
+    println!("| router | instructions/request | layer (instructions) |\n|---|---:|---:|");
+    for (label, per) in LAYER_LABELS.iter().zip(&per) {
+        println!("| {label} | {per:.0} | {:.0} |", per - bare);
+    }
+    like_for_like("layer instructions", |i| per[i] - bare);
+    Ok(())
+}

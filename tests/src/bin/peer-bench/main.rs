@@ -1,0 +1,169 @@
+//! Benchmarks against the peers, measured side by side in one run. Every
+//! figure comes with a reference measured in the same run, as a ratio.
+//!
+//! ```text
+//! cargo run --release -p lock-tests --features peers --bin peer-bench [-- --quick]
+//! ```
+//!
+//! 1. decision throughput vs `redis-benchmark` on the same call;
+//! 2. lock latency: uncontended acquire+release vs two round trips
+//!    (`redis-benchmark -c 1`), and handoff (release -> next holder) for our
+//!    pub/sub wake-up vs `rslock` (retry polling);
+//! 3. Redlock over 5 servers: ours vs `rslock`, and vs our single server;
+//! 4. HTTP: axum with our layer (memory) vs `tower_governor`, our layer on
+//!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
+//!    in process, the same layers' time, allocations and (under `valgrind`,
+//!    when it is installed) instructions per request;
+//! 5. resident memory of the memory backend after one million distinct keys.
+//!
+//! One module per section: [`locks`] (2), [`redlock`] (3), [`layers`],
+//! [`actix_cost`] and [`http`] (4, with the load generator in [`load`]),
+//! [`memory`] (5). Section 1 is `lock_tests::bench`.
+
+mod actix_cost;
+mod http;
+mod layers;
+mod load;
+mod locks;
+mod memory;
+mod redlock;
+
+use std::process::Command;
+use std::time::Duration;
+
+use lock_tests::bench::{Error, throughput_table};
+
+/// Counts heap allocations, so the layer table can show allocations per
+/// request next to time per request.
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+#[allow(unsafe_code)] // benchmark instrumentation only
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller upholds `alloc`'s contract.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller upholds `dealloc`'s contract.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller upholds `realloc`'s contract.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+struct Scale {
+    iterations: usize,
+    handoffs: usize,
+    http_for: Duration,
+    keys: usize,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Error> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let scale = if quick {
+        Scale {
+            iterations: 2_000,
+            handoffs: 100,
+            http_for: Duration::from_secs(3),
+            keys: 1_000_000,
+        }
+    } else {
+        Scale {
+            iterations: 10_000,
+            handoffs: 300,
+            http_for: Duration::from_secs(7),
+            keys: 1_000_000,
+        }
+    };
+    if std::env::args().any(|a| a == "--memory-probe") {
+        return memory::memory(&scale).await;
+    }
+    let mut layer_loop_args = std::env::args().skip_while(|a| a != "--layer-loop").skip(1);
+    if let Some(router) = layer_loop_args.next() {
+        let n = layer_loop_args
+            .next()
+            .ok_or("--layer-loop <router> <requests>")?
+            .parse()?;
+        return layers::layer_loop(&router, n).await;
+    }
+    // `--only 3,4` runs just those sections.
+    let only: Option<Vec<String>> = std::env::args()
+        .skip_while(|a| a != "--only")
+        .nth(1)
+        .map(|list| list.split(',').map(str::to_owned).collect());
+    let run = |section: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == section));
+    if run("1") {
+        println!("## 1. Decision throughput\n");
+        throughput_table(quick).await?;
+    }
+    if run("2") {
+        println!("\n## 2. Lock latency\n");
+        locks::lock_latency(&scale).await?;
+    }
+    if run("3") {
+        println!("\n## 3. Redlock over 5 servers\n");
+        redlock::redlock(&scale).await?;
+    }
+    if run("4") || run("4a") {
+        println!("\n## 4. HTTP\n");
+        layers::layer_cost(&scale).await?;
+    }
+    if run("4") || run("4i") {
+        layers::layer_instructions(quick)?;
+    }
+    if run("4") || run("4c") {
+        actix_cost::actix_layer_cost(&scale)?;
+    }
+    if run("4") {
+        http::http(&scale).await?;
+    }
+    if run("5") {
+        println!("\n## 5. Memory\n");
+        // In a fresh process, so the heap left by the sections before does
+        // not blur the figures.
+        let status = Command::new(std::env::current_exe()?)
+            .arg("--memory-probe")
+            .status()?;
+        if !status.success() {
+            return Err(format!("memory probe failed: {status}").into());
+        }
+    }
+    Ok(())
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.0} us", d.as_secs_f64() * 1e6)
+}
+
+fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    samples.sort_unstable();
+    samples
+        .get(((samples.len().max(1) - 1) as f64 * q).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / u32::try_from(samples.len().max(1)).unwrap_or(u32::MAX)
+}
+
+/// A table row: ours against a reference, and the ratio.
+fn ratio_row(measure: &str, ours: Duration, reference: &str, value: Duration) {
+    println!(
+        "| {measure} | {} | {reference}: {} | {:.2}x |",
+        micros(ours),
+        micros(value),
+        ours.as_secs_f64() / value.as_secs_f64()
+    );
+}
