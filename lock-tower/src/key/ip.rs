@@ -1,151 +1,15 @@
-//! Key extractors: which bucket or lock a request belongs to.
-//!
-//! | extractor | key |
-//! | --- | --- |
-//! | [`PeerIp`] | the TCP peer's address (IPv6 grouped by prefix) |
-//! | [`ClientIp`] | the client's address behind trusted proxies (`X-Forwarded-For` or `Forwarded`) |
-//! | [`HeaderKey`] | a header's value (an API key, a user id) |
-//! | [`PathKey`] | the request path |
-//! | [`GlobalKey`] | one constant key: a limit shared by every request |
-//! | any `Fn(RequestParts<'_>) -> Option<String>` | whatever it returns |
-//!
-//! The peer address is read from request extensions: a [`SocketAddr`], or
-//! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`.
+//! Keys by IP address: the TCP peer ([`PeerIp`]) and the client behind
+//! trusted proxies ([`ClientIp`]).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use arrayvec::ArrayString;
+use http::HeaderMap;
 use http::header::{FORWARDED, HeaderName};
-use http::{Extensions, HeaderMap, Method, Request, Uri};
 use ipnet::IpNet;
 
-/// The parts of a request a key extractor may look at.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct RequestParts<'a> {
-    /// The method.
-    pub method: &'a Method,
-    /// The URI.
-    pub uri: &'a Uri,
-    /// The headers.
-    pub headers: &'a HeaderMap,
-    /// The extensions (connection info, matched route, ...).
-    pub extensions: &'a Extensions,
-}
-
-impl<'a> RequestParts<'a> {
-    /// A view of `request`.
-    pub fn new<B>(request: &'a Request<B>) -> Self {
-        RequestParts {
-            method: request.method(),
-            uri: request.uri(),
-            headers: request.headers(),
-            extensions: request.extensions(),
-        }
-    }
-
-    /// A view of request `parts` (as axum extractors get them).
-    pub fn from_parts(parts: &'a http::request::Parts) -> Self {
-        RequestParts {
-            method: &parts.method,
-            uri: &parts.uri,
-            headers: &parts.headers,
-            extensions: &parts.extensions,
-        }
-    }
-
-    /// A view of separately held request pieces (for other frameworks).
-    pub fn from_pieces(
-        method: &'a Method,
-        uri: &'a Uri,
-        headers: &'a HeaderMap,
-        extensions: &'a Extensions,
-    ) -> Self {
-        RequestParts {
-            method,
-            uri,
-            headers,
-            extensions,
-        }
-    }
-
-    /// The TCP peer's address, from a [`SocketAddr`] extension or (with the
-    /// `axum` feature) axum's `ConnectInfo<SocketAddr>`.
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
-        #[cfg(feature = "axum")]
-        if let Some(info) = self
-            .extensions
-            .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        {
-            return Some(info.0);
-        }
-        self.extensions.get::<SocketAddr>().copied()
-    }
-}
-
-/// Decides the key of a request; `None` when it has none (see
-/// [`MissingKey`](crate::MissingKey)).
-pub trait KeyExtractor: Clone + Send + Sync + 'static {
-    /// The key of the request.
-    fn extract(&self, request: RequestParts<'_>) -> Option<String>;
-
-    /// Calls `f` with the key of the request. The middleware uses this, so
-    /// an extractor that can lend its key without allocating (a header, the
-    /// path, a constant, an IP address formatted on the stack) should
-    /// override it; the default calls [`extract`](Self::extract).
-    ///
-    /// ```
-    /// use lock_tower::key::{KeyExtractor, PathKey, RequestParts};
-    /// let request = http::Request::get("/orders/7").body(()).unwrap();
-    /// let len = PathKey.with_key(RequestParts::new(&request), |key| key.map(str::len));
-    /// assert_eq!(len, Some(9));
-    /// ```
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(self.extract(request).as_deref())
-    }
-
-    /// Which header fields the key depends on (default: all of them).
-    /// Adapters that must first copy a request into `http` types (lock-actix:
-    /// actix-web 4 has its own) copy only these. An extractor that reads no
-    /// header, or only some, should say so.
-    ///
-    /// ```
-    /// use http::HeaderName;
-    /// use lock_tower::key::{ClientIp, HeaderKey, HeadersRead, KeyExtractor, PeerIp};
-    /// assert_eq!(PeerIp::new().headers_read(), HeadersRead::None);
-    /// let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
-    /// assert_eq!(api_key.headers_read(), HeadersRead::Only(&[HeaderName::from_static("x-api-key")]));
-    /// let key = |_: lock_tower::key::RequestParts<'_>| Some("k".to_owned());
-    /// assert_eq!(key.headers_read(), HeadersRead::All);
-    /// ```
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::All
-    }
-}
-
-/// The header fields a key (or a rate-limit cost) depends on; see
-/// [`KeyExtractor::headers_read`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeadersRead<'a> {
-    /// No header field: the key comes from the peer address, the URI or
-    /// nothing.
-    None,
-    /// Only the fields of these names.
-    Only(&'a [HeaderName]),
-    /// Any field.
-    All,
-}
-
-impl<F> KeyExtractor for F
-where
-    F: Fn(RequestParts<'_>) -> Option<String> + Clone + Send + Sync + 'static,
-{
-    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        self(request)
-    }
-}
+use super::{HeadersRead, KeyExtractor, RequestParts};
 
 /// The key of an IP address, formatted on the stack: IPv6 addresses grouped
 /// by prefix (one customer usually owns a whole /64), IPv4-mapped IPv6
@@ -389,111 +253,12 @@ impl KeyExtractor for ClientIp {
     }
 }
 
-/// A header's value, e.g. an API key; requests without it have no key.
-#[derive(Debug, Clone)]
-pub struct HeaderKey(HeaderName);
-
-impl HeaderKey {
-    /// Keys by `header`.
-    pub fn new(header: HeaderName) -> Self {
-        HeaderKey(header)
-    }
-}
-
-impl HeaderKey {
-    fn value<'r>(&self, request: RequestParts<'r>) -> Option<&'r str> {
-        let value = request.headers.get(&self.0)?.to_str().ok()?;
-        (!value.is_empty()).then_some(value)
-    }
-}
-
-impl KeyExtractor for HeaderKey {
-    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        self.value(request).map(str::to_owned)
-    }
-
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(self.value(request))
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::Only(std::slice::from_ref(&self.0))
-    }
-}
-
-/// The request path (e.g. one lock per `/orders/42`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PathKey;
-
-impl KeyExtractor for PathKey {
-    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        Some(request.uri.path().to_owned())
-    }
-
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(Some(request.uri.path()))
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::None
-    }
-}
-
-/// The same key for every request: one limit for the whole service.
-#[derive(Debug, Clone)]
-pub struct GlobalKey(Arc<str>);
-
-impl GlobalKey {
-    /// The key `"global"`.
-    pub fn new() -> Self {
-        GlobalKey(Arc::from("global"))
-    }
-
-    /// A chosen constant key.
-    pub fn named(key: &str) -> Self {
-        GlobalKey(Arc::from(key))
-    }
-}
-
-impl Default for GlobalKey {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl KeyExtractor for GlobalKey {
-    fn extract(&self, _request: RequestParts<'_>) -> Option<String> {
-        Some(self.0.to_string())
-    }
-
-    fn with_key<R>(&self, _request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(Some(&self.0))
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::None
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use http::Request;
+
+    use super::super::tests::{client_ip, request};
     use super::*;
-
-    fn request(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
-        let mut builder = Request::builder().uri("/orders/42");
-        for (k, v) in headers {
-            builder = builder.header(*k, *v);
-        }
-        let mut req = builder.body(()).unwrap();
-        req.extensions_mut()
-            .insert(peer.parse::<SocketAddr>().unwrap());
-        req
-    }
-
-    fn client_ip() -> ClientIp {
-        ClientIp::new(["10.0.0.0/8".parse().unwrap()])
-    }
-
     #[test]
     fn untrusted_peer_cannot_choose_its_key() {
         let req = request("203.0.113.9:5000", &[("x-forwarded-for", "1.2.3.4")]);
@@ -569,28 +334,6 @@ mod tests {
     }
 
     #[test]
-    fn each_extractor_names_the_fields_it_reads() {
-        let x_forwarded_for = [HeaderName::from_static("x-forwarded-for")];
-        assert_eq!(
-            client_ip().headers_read(),
-            HeadersRead::Only(&x_forwarded_for)
-        );
-        assert_eq!(
-            client_ip()
-                .header(ForwardedHeader::Forwarded)
-                .headers_read(),
-            HeadersRead::Only(&[FORWARDED])
-        );
-        for none in [
-            PeerIp::new().headers_read(),
-            PathKey.headers_read(),
-            GlobalKey::new().headers_read(),
-        ] {
-            assert_eq!(none, HeadersRead::None);
-        }
-    }
-
-    #[test]
     fn ipv6_is_grouped_by_prefix() {
         let a = request("[2001:db8:aa:bb:1::1]:1", &[]);
         let b = request("[2001:db8:aa:bb:ffff::2]:1", &[]);
@@ -628,46 +371,5 @@ mod tests {
             IpKey::new(longest, 128).as_str(),
             "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"
         );
-    }
-
-    #[test]
-    fn lent_keys_equal_extracted_keys() {
-        let req = request(
-            "10.0.0.2:5000",
-            &[("x-forwarded-for", "198.51.100.7"), ("x-api-key", "k1")],
-        );
-        let parts = RequestParts::new(&req);
-        fn same<K: KeyExtractor>(k: K, parts: RequestParts<'_>) {
-            let lent = k.with_key(parts, |key| key.map(str::to_owned));
-            assert_eq!(lent, k.extract(parts));
-        }
-        same(PeerIp::new(), parts);
-        same(client_ip(), parts);
-        same(HeaderKey::new(HeaderName::from_static("x-api-key")), parts);
-        same(HeaderKey::new(HeaderName::from_static("x-none")), parts);
-        same(PathKey, parts);
-        same(GlobalKey::named("all"), parts);
-        let no_peer = Request::new(());
-        assert!(PeerIp::new().with_key(RequestParts::new(&no_peer), |k| k.is_none()));
-    }
-
-    #[test]
-    fn header_path_global_and_closures() {
-        let req = request("192.0.2.1:1", &[("x-api-key", "k1")]);
-        let parts = RequestParts::new(&req);
-        assert_eq!(
-            HeaderKey::new(HeaderName::from_static("x-api-key"))
-                .extract(parts)
-                .as_deref(),
-            Some("k1")
-        );
-        assert_eq!(
-            HeaderKey::new(HeaderName::from_static("x-user")).extract(parts),
-            None
-        );
-        assert_eq!(PathKey.extract(parts).as_deref(), Some("/orders/42"));
-        assert_eq!(GlobalKey::new().extract(parts).as_deref(), Some("global"));
-        let by_method = |p: RequestParts<'_>| Some(p.method.to_string());
-        assert_eq!(by_method.extract(parts).as_deref(), Some("GET"));
     }
 }
