@@ -472,42 +472,88 @@ fn gcra(
     writes: &mut Writes,
 ) -> Raw {
     let quotas = policy.quotas();
+    let intervals = policy.gcra_intervals();
+    // One quota (the common case): no state to gather and compare.
+    if let ([quota], [slot], [interval]) = (quotas, slots, intervals) {
+        let mut step = GcraStep::new(*interval, quota.limit(), slot, cost, now);
+        let allowed = step.retry == 0;
+        if allowed {
+            writes.push(step.commit(cost));
+        }
+        return step.raw(allowed, 0, now);
+    }
     let mut allowed = true;
-    let mut state = PerQuota::new();
-    for ((quota, slot), &interval) in quotas.iter().zip(slots).zip(policy.gcra_intervals()) {
-        let window = interval * u64::from(quota.limit());
+    let mut steps = PerQuota::new();
+    for ((quota, slot), &interval) in quotas.iter().zip(slots).zip(intervals) {
+        let step = GcraStep::new(interval, quota.limit(), slot, cost, now);
+        allowed &= step.retry == 0;
+        steps.push(step);
+    }
+    let best = if allowed {
+        for step in steps.iter_mut() {
+            writes.push(step.commit(cost));
+        }
+        argmin(
+            steps
+                .iter()
+                .map(|s| (now + s.window - s.tat) as f64 / s.interval as f64),
+        )
+    } else {
+        argmax(
+            steps
+                .iter()
+                .map(|s| if s.retry > 0 { s.retry as f64 } else { -1.0 }),
+        )
+    };
+    steps[best].raw(allowed, best, now)
+}
+
+/// One quota's GCRA arithmetic, in microseconds.
+#[derive(Clone, Copy)]
+struct GcraStep {
+    interval: u64,
+    window: u64,
+    /// The theoretical arrival time: as stored (or now), then as written.
+    tat: u64,
+    new_tat: u64,
+    retry: u64,
+}
+
+impl GcraStep {
+    fn new(interval: u64, limit: u32, slot: &Option<(Slot, u64)>, cost: u64, now: u64) -> Self {
+        let window = interval * u64::from(limit);
         let tat = match slot {
             Some((Slot::Tat(t), _)) => (*t).max(now),
             _ => now,
         };
         let new_tat = tat + cost * interval;
         let retry = (new_tat.saturating_sub(window)).saturating_sub(now);
-        allowed &= retry == 0;
-        state.push((interval, window, tat, new_tat, retry));
-    }
-    let best = if allowed {
-        for s in state.iter_mut() {
-            writes.push((cost > 0).then_some(Entry {
-                slot: Slot::Tat(s.3),
-                expires_us: s.3,
-            }));
-            s.2 = s.3;
+        GcraStep {
+            interval,
+            window,
+            tat,
+            new_tat,
+            retry,
         }
-        argmin(state.iter().map(|s| (now + s.1 - s.2) as f64 / s.0 as f64))
-    } else {
-        argmax(
-            state
-                .iter()
-                .map(|s| if s.4 > 0 { s.4 as f64 } else { -1.0 }),
-        )
-    };
-    let (interval, window, tat, _, retry) = state[best];
-    Raw {
-        allowed,
-        index: best,
-        remaining: (now + window).saturating_sub(tat) / interval,
-        reset_us: tat - now,
-        retry_us: retry,
+    }
+
+    /// Takes the cost: the entry to write (none for a cost of 0).
+    fn commit(&mut self, cost: u64) -> Option<Entry> {
+        self.tat = self.new_tat;
+        (cost > 0).then_some(Entry {
+            slot: Slot::Tat(self.new_tat),
+            expires_us: self.new_tat,
+        })
+    }
+
+    fn raw(&self, allowed: bool, index: usize, now: u64) -> Raw {
+        Raw {
+            allowed,
+            index,
+            remaining: (now + self.window).saturating_sub(self.tat) / self.interval,
+            reset_us: self.tat - now,
+            retry_us: self.retry,
+        }
     }
 }
 
