@@ -104,7 +104,7 @@ pub(super) fn actix_layer_cost(scale: &Scale) -> Result<(), Error> {
     let allocations = |i: usize| rows[0][i].1;
     let bare = fastest(0);
     println!(
-        "\nactix-web in process (no socket), one request at a time with {} header fields, {n} requests per round, fastest of {ROUNDS} interleaved rounds\n",
+        "actix-web in process (no socket), one request at a time with {} header fields, {n} requests per round, fastest of {ROUNDS} interleaved rounds\n",
         BROWSER_HEADERS.len() + 2
     );
     println!(
