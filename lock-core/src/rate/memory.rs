@@ -546,6 +546,7 @@ impl GcraStep {
         })
     }
 
+    /// The decision's figures, with this quota deciding.
     fn raw(&self, allowed: bool, index: usize, now: u64) -> Raw {
         Raw {
             allowed,
