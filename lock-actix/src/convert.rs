@@ -70,7 +70,7 @@ impl View {
     }
 }
 
-pub(crate) fn copy_headers(from: &http::HeaderMap, to: &mut actix_web::http::header::HeaderMap) {
+fn copy_headers(from: &http::HeaderMap, to: &mut actix_web::http::header::HeaderMap) {
     for (name, value) in from {
         insert_header(to, name, value);
     }
@@ -89,7 +89,7 @@ pub(crate) fn insert_header(
 
 /// The actix-web name of a header: the rate-limit fields (on every limited
 /// response) without parsing, others parsed.
-pub(crate) fn actix_name(name: &http::HeaderName) -> Option<ActixName> {
+fn actix_name(name: &http::HeaderName) -> Option<ActixName> {
     use lock_tower::headers::{RATELIMIT, RATELIMIT_POLICY};
     if name == RATELIMIT {
         Some(ActixName::from_static("ratelimit"))
