@@ -29,18 +29,11 @@ impl IpKey {
                 // Dotted quad by hand: `Display` for `Ipv4Addr` goes through
                 // the formatting machinery four times. At most 15 bytes, so
                 // no push can fail.
-                let digit = |d: u8| char::from(b'0' + d);
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
                         let _ = key.try_push('.');
                     }
-                    if octet >= 100 {
-                        let _ = key.try_push(digit(octet / 100));
-                    }
-                    if octet >= 10 {
-                        let _ = key.try_push(digit(octet / 10 % 10));
-                    }
-                    let _ = key.try_push(digit(octet % 10));
+                    push_decimal(&mut key, octet);
                 }
             }
             (None, IpAddr::V6(v6)) => {
@@ -50,9 +43,11 @@ impl IpKey {
                 } else {
                     u128::MAX << (128 - u32::from(prefix))
                 };
-                let grouped = Ipv6Addr::from(u128::from(v6) & mask);
-                // Cannot fail: the buffer holds the longest form.
-                let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{grouped}/{prefix}"));
+                // Not IPv4-mapped either: had the mask kept the first 96
+                // bits, the address itself would have been mapped.
+                push_v6(&mut key, Ipv6Addr::from(u128::from(v6) & mask));
+                let _ = key.try_push('/');
+                push_decimal(&mut key, prefix);
             }
             (None, IpAddr::V4(_)) => unreachable!("IPv4 is handled above"),
         }
@@ -61,6 +56,58 @@ impl IpKey {
 
     fn as_str(&self) -> &str {
         self.0.as_str()
+    }
+}
+
+/// Writes `n` in decimal, as `Display` does.
+fn push_decimal(key: &mut ArrayString<48>, n: u8) {
+    let digit = |d: u8| char::from(b'0' + d);
+    if n >= 100 {
+        let _ = key.try_push(digit(n / 100));
+    }
+    if n >= 10 {
+        let _ = key.try_push(digit(n / 10 % 10));
+    }
+    let _ = key.try_push(digit(n % 10));
+}
+
+/// Writes `v6` as `Display` for `Ipv6Addr` writes an address that is not
+/// IPv4-mapped (RFC 5952): groups in lowercase hex without leading zeros,
+/// and the first of the longest runs of two or more zero groups as `::`.
+/// `Display` takes three times the instructions (about 1,380 against 470
+/// for a /64 key). At most 39 bytes, so no push can fail.
+fn push_v6(key: &mut ArrayString<48>, v6: Ipv6Addr) {
+    let groups = v6.segments();
+    // The first longest run of zero groups, as `start..end`.
+    let (mut start, mut end, mut run_start) = (0, 0, 0);
+    for (i, &group) in groups.iter().enumerate() {
+        if group != 0 {
+            run_start = i + 1;
+        } else if i + 1 - run_start > end - start {
+            (start, end) = (run_start, i + 1);
+        }
+    }
+    let hex = |key: &mut ArrayString<48>, group: u16| {
+        let digits = (16 - group.leading_zeros()).div_ceil(4).max(1);
+        for shift in (0..digits).rev() {
+            let nibble = (group >> (4 * shift)) & 0xf;
+            let _ = key.try_push(char::from(b"0123456789abcdef"[usize::from(nibble)]));
+        }
+    };
+    let push_all = |key: &mut ArrayString<48>, groups: &[u16]| {
+        for (i, &group) in groups.iter().enumerate() {
+            if i > 0 {
+                let _ = key.try_push(':');
+            }
+            hex(key, group);
+        }
+    };
+    if end - start > 1 {
+        push_all(key, &groups[..start]);
+        let _ = key.try_push_str("::");
+        push_all(key, &groups[end..]);
+    } else {
+        push_all(key, &groups);
     }
 }
 
@@ -371,5 +418,52 @@ mod tests {
             IpKey::new(longest, 128).as_str(),
             "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"
         );
+    }
+
+    /// The expected key of an IPv6 address that is not IPv4-mapped.
+    fn std_v6_key(v6: Ipv6Addr, prefix: u8) -> String {
+        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+        format!("{}/{prefix}", Ipv6Addr::from(u128::from(v6) & mask))
+    }
+
+    #[test]
+    fn ipv6_keys_match_std_formatting() {
+        // Every pattern of zero and non-zero groups (which decides where
+        // `::` goes), with groups of one to four hex digits.
+        let values = [0x1, 0xa, 0x10, 0x1f, 0x100, 0xabc, 0x1000, 0xffff];
+        for pattern in 0..=u8::MAX {
+            for (v, _) in values.iter().enumerate() {
+                let mut groups = [0u16; 8];
+                for (i, group) in groups.iter_mut().enumerate() {
+                    if pattern & (1 << i) != 0 {
+                        *group = values[(v + i) % values.len()];
+                    }
+                }
+                let v6 = Ipv6Addr::from(groups);
+                if v6.to_ipv4_mapped().is_some() {
+                    continue;
+                }
+                assert_eq!(
+                    IpKey::new(IpAddr::V6(v6), 128).as_str(),
+                    std_v6_key(v6, 128),
+                    "{groups:x?}"
+                );
+            }
+        }
+        // Every prefix length, on addresses spread over the space.
+        let mut x: u128 = 0x2001_0db8_85a3_0000_0000_8a2e_0370_7334;
+        for _ in 0..64 {
+            let v6 = Ipv6Addr::from(x);
+            for prefix in 0..=128 {
+                let expected = match v6.to_ipv4_mapped() {
+                    Some(v4) => v4.to_string(),
+                    None => std_v6_key(v6, prefix),
+                };
+                assert_eq!(IpKey::new(IpAddr::V6(v6), prefix).as_str(), expected);
+            }
+            x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ 0x9e37_79b9;
+        }
+        let mapped = IpAddr::V6("::ffff:10.1.2.3".parse().unwrap());
+        assert_eq!(IpKey::new(mapped, 0).as_str(), "10.1.2.3");
     }
 }
