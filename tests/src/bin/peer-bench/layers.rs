@@ -36,11 +36,18 @@ pub(super) fn quiet_layer() -> Result<RateLimitLayer<MemoryBackend, PeerIp>, Err
     Ok(memory_layer()?.headers_on_success(false))
 }
 
+/// The client address of the in-process requests.
+const PEER_V4: &str = "10.1.2.3:4567";
+/// The same, for the routers whose name ends in [`V6`].
+const PEER_V6: &str = "[2001:db8:85a3:42:1234:5678:9abc:def0]:4567";
+/// The suffix of a router name that gives its requests an IPv6 peer.
+const V6: &str = "-v6";
+
 /// Nanoseconds per request through `app`, called in process (no socket),
 /// one request at a time, as the peer address arrives from axum.
-async fn per_request(app: Router, n: usize) -> Result<(f64, f64), Error> {
+async fn per_request(app: Router, peer: &str, n: usize) -> Result<(f64, f64), Error> {
     use tower::{Service, ServiceExt};
-    let peer: SocketAddr = "10.1.2.3:4567".parse()?;
+    let peer: SocketAddr = peer.parse()?;
     let mut app = app.into_service::<axum::body::Body>();
     let request = || {
         let mut request = http::Request::new(axum::body::Body::empty());
@@ -80,7 +87,7 @@ pub(super) async fn layer_cost(scale: &Scale) -> Result<(), Error> {
     for _ in 0..ROUNDS {
         let mut row = [(0.0, 0.0); LAYER_ROUTERS.len()];
         for (cell, name) in row.iter_mut().zip(LAYER_ROUTERS) {
-            *cell = per_request(layer_router(name)?, n).await?;
+            *cell = per_request(layer_router(name)?, PEER_V4, n).await?;
         }
         rows.push(row);
     }
@@ -106,11 +113,12 @@ pub(super) async fn layer_cost(scale: &Scale) -> Result<(), Error> {
         );
     }
     like_for_like("layer cost", |i| fastest(i) - bare);
+    println!();
     Ok(())
 }
 
 /// The like-for-like ratios of a per-router measure of the layers, given by
-/// position in [`LAYER_ROUTERS`].
+/// position in [`LAYER_ROUTERS`]; the table's last line is left open.
 fn like_for_like(measure: &str, layer: impl Fn(usize) -> f64) {
     println!("\n| like for like | ratio of {measure} |\n|---|---:|");
     println!(
@@ -118,7 +126,7 @@ fn like_for_like(measure: &str, layer: impl Fn(usize) -> f64) {
         layer(1) / layer(4)
     );
     println!(
-        "| no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
+        "| no fields on allowed responses: ours / tower_governor | {:.2}x |",
         layer(2) / layer(3)
     );
 }
@@ -162,11 +170,25 @@ fn layer_router(name: &str) -> Result<Router, Error> {
 }
 
 /// Calls the router `name` in process `n` times, after a warm-up of a tenth
-/// as many; run under `valgrind` by [`layer_instructions`].
+/// as many; run under `valgrind` by [`layer_instructions`]. A name ending
+/// in [`V6`] names the same router, called from an IPv6 address.
 pub(super) async fn layer_loop(name: &str, n: usize) -> Result<(), Error> {
-    per_request(layer_router(name)?, n).await?;
+    let (router, peer) = match name.strip_suffix(V6) {
+        Some(router) => (router, PEER_V6),
+        None => (name, PEER_V4),
+    };
+    per_request(layer_router(router)?, peer, n).await?;
     Ok(())
 }
+
+/// The routers counted again with an IPv6 peer, and how the table names them.
+const V6_ROUTERS: [(&str, &str); 2] = [
+    (
+        "ours-quiet",
+        "axum + ours (memory), fields on refusals only, IPv6 peer",
+    ),
+    ("governor", "axum + tower_governor, IPv6 peer"),
+];
 
 /// Instructions per request of each layer, counted by `valgrind`'s
 /// cachegrind: unlike time, the count barely moves with the load on a
@@ -202,7 +224,12 @@ pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
         Ok(refs.parse::<u64>()? as f64)
     };
     let mut per = Vec::new();
-    for router in LAYER_ROUTERS {
+    let v6_names: Vec<String> = V6_ROUTERS.iter().map(|(r, _)| format!("{r}{V6}")).collect();
+    for router in LAYER_ROUTERS
+        .iter()
+        .copied()
+        .chain(v6_names.iter().map(String::as_str))
+    {
         let once = count(router, n)?;
         let twice = count(router, 2 * n)?;
         // `per_request` warms up with a tenth of its requests.
@@ -214,9 +241,15 @@ pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
         2 * n
     );
     println!("| router | instructions/request | layer (instructions) |\n|---|---:|---:|");
-    for (label, per) in LAYER_LABELS.iter().zip(&per) {
+    let labels = LAYER_LABELS.iter().chain(V6_ROUTERS.iter().map(|(_, l)| l));
+    for (label, per) in labels.zip(&per) {
         println!("| {label} | {per:.0} | {:.0} |", per - bare);
     }
     like_for_like("layer instructions", |i| per[i] - bare);
+    let v6 = LAYER_ROUTERS.len();
+    println!(
+        "| IPv6 peer, no fields on allowed responses: ours / tower_governor | {:.2}x |\n",
+        (per[v6] - bare) / (per[v6 + 1] - bare)
+    );
     Ok(())
 }
