@@ -171,6 +171,19 @@ pub async fn keys_are_independent<B: RateBackend>(backend: B, algorithm: Algorit
     assert!(hit(&limiter, "b", 1).await.allowed);
 }
 
+/// Limiters of different scopes on one backend do not share limits, even
+/// for the same key and policy.
+pub async fn scopes_are_independent<B: RateBackend>(backend: B, algorithm: Algorithm) {
+    let policy = Policy::new(algorithm).quota(quota(1, 10_000));
+    let first = RateLimiter::new(backend.clone(), "suite-a", policy.clone()).expect("valid");
+    let second = RateLimiter::new(backend, "suite-b", policy).expect("valid");
+    assert!(hit(&first, "k", 1).await.allowed);
+    assert!(!hit(&first, "k", 1).await.allowed);
+    assert!(hit(&second, "k", 1).await.allowed);
+    assert!(!hit(&second, "k", 1).await.allowed);
+    assert!(!hit(&first, "k", 1).await.allowed);
+}
+
 /// Bad keys, scopes and policies are typed errors.
 pub async fn bad_input_is_rejected<B: RateBackend>(backend: B, algorithm: Algorithm) {
     let limiter = limiter(&backend, algorithm, &[quota(1, 1000)]);
@@ -286,7 +299,7 @@ macro_rules! rate_suite {
         $crate::rate_suite!(@each $setup;
             burst_then_refused, retry_after_is_enough, cost_zero_and_cost_bounds,
             several_quotas_all_or_nothing, one_quota_decides_as_among_several,
-            keys_are_independent, bad_input_is_rejected);
+            keys_are_independent, scopes_are_independent, bad_input_is_rejected);
         $crate::rate_suite!(@one $setup;
             fixed_window_resets, sliding_window_weighs_previous, gcra_replenishes_gradually);
     };

@@ -17,25 +17,20 @@ use crate::error::Result;
 use crate::key::Name;
 
 /// A quota's state is keyed by the limiter's scope, the caller's key and the
-/// quota's suffix. Only a new key allocates (its text); lookups hash and
-/// compare a borrowed [`Probe`], once per quota and decision.
+/// quota's suffix. Only a new key allocates (its text); lookups compare a
+/// borrowed [`Probe`], once per quota and decision.
+///
+/// Entries are hashed by the caller's key alone ([`RateTable::hash`]): the
+/// quotas of one policy, and the limiters sharing a backend, then share one
+/// hash per caller, which is computed once per decision. Those entries are
+/// few (one per quota of each limiter), and the probe tells them apart.
 struct Key {
     scope: Name,
     key: Box<str>,
     suffix: Arc<str>,
 }
 
-impl Key {
-    fn probe(&self) -> Probe<'_> {
-        Probe {
-            scope: self.scope.as_str(),
-            key: &self.key,
-            suffix: &self.suffix,
-        }
-    }
-}
-
-#[derive(Hash, Clone, Copy)]
+#[derive(Clone, Copy)]
 struct Probe<'a> {
     scope: &'a str,
     key: &'a str,
@@ -100,6 +95,11 @@ impl RateTable {
         }
     }
 
+    /// The hash of every entry of the caller `key` (see [`Key`]).
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     fn now_us(&self) -> u64 {
         u64::try_from(self.clock.now().duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
     }
@@ -148,7 +148,7 @@ impl RateTable {
             key: key.key(),
             suffix,
         };
-        let hash = self.hasher.hash_one(probe);
+        let hash = self.hash(key.key());
         let now = self.now_us();
         let mut map = self.lock(now);
         let found = map
@@ -179,21 +179,21 @@ impl RateTable {
         suffixes: &[Arc<str>],
         cost: u32,
     ) -> Raw {
-        // Hashes are computed once, before the lock is taken.
-        let mut probes: PerQuota<(Probe<'_>, u64)> = PerQuota::new();
-        for suffix in suffixes {
-            let probe = Probe {
+        // The one hash is computed before the lock is taken.
+        let hash = self.hash(key.key());
+        let probes: PerQuota<Probe<'_>> = suffixes
+            .iter()
+            .map(|suffix| Probe {
                 scope: key.scope().as_str(),
                 key: key.key(),
                 suffix,
-            };
-            probes.push((probe, self.hasher.hash_one(probe)));
-        }
+            })
+            .collect();
         let now = self.now_us();
         let mut map = self.lock(now);
         let mut slots: PerQuota<Option<(Slot, u64)>> = PerQuota::new();
-        for (probe, hash) in &probes {
-            let found = map.entries.find(*hash, |(stored, _)| probe.matches(stored));
+        for probe in &probes {
+            let found = map.entries.find(hash, |(stored, _)| probe.matches(stored));
             slots.push(
                 found
                     .filter(|(_, e)| e.expires_us > now)
@@ -202,14 +202,14 @@ impl RateTable {
         }
         let mut writes = PerQuota::new();
         let raw = run(policy, &slots, cost, now, &mut writes);
-        for (((probe, hash), suffix), entry) in probes.iter().zip(suffixes).zip(writes) {
+        for ((probe, suffix), entry) in probes.iter().zip(suffixes).zip(writes) {
             let Some(entry) = entry else { continue };
             match map
                 .entries
-                .find_mut(*hash, |(stored, _)| probe.matches(stored))
+                .find_mut(hash, |(stored, _)| probe.matches(stored))
             {
                 Some((_, existing)) => *existing = entry,
-                None => self.insert(&mut map, key, suffix, *hash, entry, now),
+                None => self.insert(&mut map, key, suffix, hash, entry, now),
             }
         }
         raw
@@ -233,7 +233,7 @@ impl RateTable {
             key: key.key().into(),
             suffix: suffix.clone(),
         };
-        let rehash = |(stored, _): &(Key, Entry)| self.hasher.hash_one(stored.probe());
+        let rehash = |(stored, _): &(Key, Entry)| self.hash(&stored.key);
         map.entries.insert_unique(hash, (stored, entry), rehash);
     }
 }
