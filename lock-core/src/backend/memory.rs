@@ -36,6 +36,12 @@ impl MemoryBackend {
     /// A backend that keeps at most `max_keys` live rate-limit keys (default
     /// [`DEFAULT_MAX_KEYS`]). Past the cap, expired keys are dropped first, then
     /// arbitrary live ones (their limits start afresh), so memory stays flat.
+    ///
+    /// Rate-limit state is split into shards with a lock each (more on
+    /// machines with more threads; one below 2,048 keys), so that callers
+    /// with different keys rarely wait for each other. The cap is divided
+    /// evenly among them: a shard that fills evicts on its own, so eviction
+    /// may start a little before the table as a whole is full.
     pub fn with_max_keys(max_keys: usize) -> Self {
         MemoryBackend {
             inner: Arc::new(MemoryInner {

@@ -1,8 +1,13 @@
 //! Rate limiting in memory: the same algorithms and decisions as the Redis
 //! scripts, on a monotonic clock. Idle keys expire; the number of live keys is
 //! capped, so memory stays flat under a stream of distinct keys.
+//!
+//! The table is split into shards, each behind its own lock, chosen by the
+//! hash of the caller's key: decisions for different callers rarely wait
+//! for each other, and every quota of one caller is in one shard, so a
+//! policy of several quotas is still decided under one lock.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use arrayvec::ArrayVec;
 use hashbrown::HashTable;
@@ -58,9 +63,17 @@ struct Map {
     ops: u64,
 }
 
+/// One shard of a [`RateTable`], on cache lines of its own so that two
+/// threads locking neighbouring shards do not contend for a line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard {
+    map: Mutex<Map>,
+}
+
 /// Rate-limit state of one [`MemoryBackend`].
 pub(crate) struct RateTable {
-    map: Mutex<Map>,
+    shards: Box<[Shard]>,
     /// Keys come from clients (IP addresses, user ids): the hasher is keyed
     /// at random, like std's, but faster.
     hasher: ahash::RandomState,
@@ -68,8 +81,30 @@ pub(crate) struct RateTable {
     /// and a per-thread override on every decision.
     clock: Clock,
     base: Instant,
-    max_keys: usize,
+    /// The cap on each shard's entries: the table's cap divided evenly, so
+    /// the shards together never hold more than it.
+    shard_cap: usize,
 }
+
+/// How many shards a table has: as `dashmap` chooses, four per thread the
+/// machine can run, rounded up to a power of two (here at most 64); but
+/// few enough that each may hold at least [`MIN_SHARD_KEYS`] entries.
+/// Keys spread over the shards by hash, so a shard fills (and evicts) about
+/// when the whole table does only if each holds many; a small cap keeps
+/// one shard.
+fn shard_count(max_keys: usize) -> usize {
+    static PER_MACHINE: OnceLock<usize> = OnceLock::new();
+    let per_machine = *PER_MACHINE.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        (threads * 4).next_power_of_two().min(MAX_SHARDS)
+    });
+    // The largest power of two not above the shards the cap allows.
+    let fit = 1 << (max_keys / MIN_SHARD_KEYS).max(1).ilog2();
+    per_machine.min(fit)
+}
+
+const MAX_SHARDS: usize = 64;
+const MIN_SHARD_KEYS: usize = 1024;
 
 type PerQuota<T> = ArrayVec<T, MAX_QUOTAS>;
 
@@ -85,13 +120,15 @@ impl Default for RateTable {
 
 impl RateTable {
     pub(crate) fn new(max_keys: usize) -> Self {
+        let max_keys = max_keys.max(1);
+        let shards = shard_count(max_keys);
         let clock = Clock::new();
         RateTable {
-            map: Mutex::new(Map::default()),
+            shards: (0..shards).map(|_| Shard::default()).collect(),
             hasher: ahash::RandomState::new(),
             base: clock.now(),
             clock,
-            max_keys: max_keys.max(1),
+            shard_cap: max_keys / shards,
         }
     }
 
@@ -107,11 +144,13 @@ impl RateTable {
     /// Live keys (for tests of eviction).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entries
-            .len()
+        self.shards
+            .iter()
+            .map(|shard| {
+                let map = shard.map.lock().unwrap_or_else(PoisonError::into_inner);
+                map.entries.len()
+            })
+            .sum()
     }
 
     fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Decision {
@@ -129,10 +168,17 @@ impl RateTable {
         )
     }
 
-    /// Locks the map, sweeping out expired entries every `SWEEP_EVERY`
-    /// decisions.
-    fn lock(&self, now: u64) -> MutexGuard<'_, Map> {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Locks the shard of `hash`, sweeping out its expired entries every
+    /// `SWEEP_EVERY` decisions it makes.
+    fn lock(&self, hash: u64, now: u64) -> MutexGuard<'_, Map> {
+        // The bucket within a shard's table comes from the hash's low bits
+        // and its tag from the top seven: the shard takes bits of neither.
+        // The shard count is a power of two.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        let mut map = self.shards[index]
+            .map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         map.ops += 1;
         if map.ops.is_multiple_of(SWEEP_EVERY) {
             map.entries.retain(|(_, e)| e.expires_us > now);
@@ -150,7 +196,7 @@ impl RateTable {
         };
         let hash = self.hash(key.key());
         let now = self.now_us();
-        let mut map = self.lock(now);
+        let mut map = self.lock(hash, now);
         let found = map
             .entries
             .find_mut(hash, |(stored, _)| probe.matches(stored));
@@ -190,7 +236,7 @@ impl RateTable {
             })
             .collect();
         let now = self.now_us();
-        let mut map = self.lock(now);
+        let mut map = self.lock(hash, now);
         let mut slots: PerQuota<Option<(Slot, u64)>> = PerQuota::new();
         for probe in &probes {
             let found = map.entries.find(hash, |(stored, _)| probe.matches(stored));
@@ -215,7 +261,7 @@ impl RateTable {
         raw
     }
 
-    /// Stores a new entry, evicting first if the map is full.
+    /// Stores a new entry, evicting first if its shard is full.
     fn insert(
         &self,
         map: &mut Map,
@@ -225,8 +271,8 @@ impl RateTable {
         entry: Entry,
         now: u64,
     ) {
-        if map.entries.len() >= self.max_keys {
-            evict(&mut map.entries, now, self.max_keys);
+        if map.entries.len() >= self.shard_cap {
+            evict(&mut map.entries, now, self.shard_cap);
         }
         let stored = Key {
             scope: key.scope().clone(),
@@ -238,8 +284,8 @@ impl RateTable {
     }
 }
 
-/// Drops expired entries; if the map is still full, drops arbitrary entries
-/// down to 7/8 of the cap (those limits start afresh).
+/// Drops expired entries; if the shard is still full, drops arbitrary
+/// entries down to 7/8 of its cap (those limits start afresh).
 fn evict(entries: &mut Entries, now: u64, max: usize) {
     entries.retain(|(_, e)| e.expires_us > now);
     if entries.len() >= max {
@@ -284,5 +330,43 @@ mod tests {
             assert!(table.check(key, &policy, 1).allowed);
         }
         assert!(table.len() <= 1000, "{} live keys", table.len());
+    }
+
+    #[test]
+    fn shards_hold_many_keys_each() {
+        assert_eq!(shard_count(0), 1);
+        assert_eq!(shard_count(1000), 1);
+        for max in [1024, 2047, 2048, 5000, 100_000, usize::MAX] {
+            let shards = shard_count(max);
+            assert!(shards.is_power_of_two(), "{shards} shards for {max}");
+            assert!(
+                shards <= MAX_SHARDS && shards * MIN_SHARD_KEYS <= max,
+                "{shards} for {max}"
+            );
+        }
+        assert_eq!(shard_count(2048), 2.min(shard_count(usize::MAX)));
+    }
+
+    /// The cap holds across shards, and a full shard evicts only down to
+    /// 7/8 of its share.
+    #[test]
+    fn sharded_cap_holds() {
+        let max = 8 * MIN_SHARD_KEYS;
+        let table = RateTable::new(max);
+        let policy =
+            Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(10).unwrap()));
+        let scope = Name::new("scope").unwrap();
+        for i in 0..50_000 {
+            let key = format!("k{i}");
+            let key = RateKey::new(&scope, &key).unwrap();
+            assert!(table.check(key, &policy, 1).allowed);
+            assert!(table.len() <= max, "{} live keys", table.len());
+        }
+        let floor = table.shards.len() * (table.shard_cap * 7 / 8);
+        assert!(
+            table.len() >= floor,
+            "{} live keys, fewer than {floor}",
+            table.len()
+        );
     }
 }
