@@ -84,6 +84,11 @@ pub(crate) struct RateTable {
     /// The cap on each shard's entries: the table's cap divided evenly, so
     /// the shards together never hold more than it.
     shard_cap: usize,
+    /// Each shard sweeps out its expired entries once in this many of its
+    /// own decisions: [`SWEEP_EVERY`] divided among the shards, so the
+    /// table as a whole sweeps as often as one unsharded table would, and
+    /// holds as few expired entries.
+    sweep_every: u64,
 }
 
 /// How many shards a table has: as `dashmap` chooses, four per thread the
@@ -110,6 +115,7 @@ type PerQuota<T> = ArrayVec<T, MAX_QUOTAS>;
 
 /// Default cap on live rate-limit keys per memory backend.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
+/// A table sweeps out expired entries once in this many decisions.
 const SWEEP_EVERY: u64 = 4096;
 
 impl Default for RateTable {
@@ -129,6 +135,7 @@ impl RateTable {
             base: clock.now(),
             clock,
             shard_cap: max_keys / shards,
+            sweep_every: (SWEEP_EVERY / shards as u64).max(1),
         }
     }
 
@@ -169,7 +176,7 @@ impl RateTable {
     }
 
     /// Locks the shard of `hash`, sweeping out its expired entries every
-    /// `SWEEP_EVERY` decisions it makes.
+    /// `sweep_every` decisions it makes.
     fn lock(&self, hash: u64, now: u64) -> MutexGuard<'_, Map> {
         // The bucket within a shard's table comes from the hash's low bits
         // and its tag from the top seven: the shard takes bits of neither.
@@ -180,7 +187,7 @@ impl RateTable {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         map.ops += 1;
-        if map.ops.is_multiple_of(SWEEP_EVERY) {
+        if map.ops.is_multiple_of(self.sweep_every) {
             map.entries.retain(|(_, e)| e.expires_us > now);
         }
         map
@@ -317,6 +324,7 @@ mod tests {
     use super::*;
     use crate::rate::{Algorithm, Quota};
     use std::num::NonZeroU32;
+    use std::time::Duration;
 
     #[test]
     fn live_keys_are_capped() {
@@ -345,6 +353,35 @@ mod tests {
             );
         }
         assert_eq!(shard_count(2048), 2.min(shard_count(usize::MAX)));
+    }
+
+    /// The table as a whole sweeps out expired keys about every
+    /// `SWEEP_EVERY` decisions, however many shards it has: idle keys do not
+    /// pile up in shards that each wait for `SWEEP_EVERY` of their own.
+    #[test]
+    fn expired_keys_are_swept_across_shards() {
+        let table = RateTable::new(DEFAULT_MAX_KEYS);
+        // Ten per 100 ms: an entry expires 10 ms after its last hit.
+        let quota = Quota::new(NonZeroU32::new(10).unwrap(), Duration::from_millis(100)).unwrap();
+        let policy = Policy::new(Algorithm::Gcra).quota(quota);
+        let scope = Name::new("scope").unwrap();
+        let hit = |prefix: &str, n: u64| {
+            for i in 0..n {
+                let key = format!("{prefix}{i}");
+                let key = RateKey::new(&scope, &key).unwrap();
+                assert!(table.check(key, &policy, 1).allowed);
+            }
+        };
+        hit("idle", 5 * SWEEP_EVERY);
+        std::thread::sleep(Duration::from_millis(20));
+        // Enough for every shard to reach its next sweep.
+        hit("fresh", 2 * SWEEP_EVERY);
+        let live = table.len() as u64;
+        assert!(
+            live <= 2 * SWEEP_EVERY + table.shards.len() as u64,
+            "{live} live keys in {} shards",
+            table.shards.len()
+        );
     }
 
     /// The cap holds across shards, and a full shard evicts only down to
