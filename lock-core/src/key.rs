@@ -122,7 +122,8 @@ pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
 /// every byte, and a byte of 0x7b or more by adding 0x05 (or has it already).
 /// A borrow or carry between bytes only starts at a byte that is flagged
 /// itself, so the answer for the word as a whole is exact.
-fn plain(bytes: &[u8]) -> bool {
+#[inline]
+pub(crate) fn plain(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const TOP: u64 = ONES << 7;
     let word = |x: u64| (x.wrapping_sub(0x20 * ONES) & !x) | x.wrapping_add(0x05 * ONES) | x;
