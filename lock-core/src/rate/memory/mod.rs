@@ -326,17 +326,33 @@ mod tests {
     use std::num::NonZeroU32;
     use std::time::Duration;
 
+    /// Ten an hour: no key is refused, and none expires, during a test.
+    fn hourly() -> Policy {
+        Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(10).unwrap()))
+    }
+
+    /// Decides once for each of `n` distinct keys `<prefix><i>`, asserting
+    /// that each is allowed, and calls `each` after every decision.
+    fn hit_distinct(
+        table: &RateTable,
+        policy: &Policy,
+        prefix: &str,
+        n: u64,
+        mut each: impl FnMut(&RateTable),
+    ) {
+        let scope = Name::new("scope").unwrap();
+        for i in 0..n {
+            let key = format!("{prefix}{i}");
+            let key = RateKey::new(&scope, &key).unwrap();
+            assert!(table.check(key, policy, 1).allowed);
+            each(table);
+        }
+    }
+
     #[test]
     fn live_keys_are_capped() {
         let table = RateTable::new(1000);
-        let policy =
-            Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(10).unwrap()));
-        let scope = Name::new("scope").unwrap();
-        for i in 0..10_000 {
-            let key = format!("k{i}");
-            let key = RateKey::new(&scope, &key).unwrap();
-            assert!(table.check(key, &policy, 1).allowed);
-        }
+        hit_distinct(&table, &hourly(), "k", 10_000, |_| {});
         assert!(table.len() <= 1000, "{} live keys", table.len());
     }
 
@@ -364,18 +380,10 @@ mod tests {
         // Ten per 100 ms: an entry expires 10 ms after its last hit.
         let quota = Quota::new(NonZeroU32::new(10).unwrap(), Duration::from_millis(100)).unwrap();
         let policy = Policy::new(Algorithm::Gcra).quota(quota);
-        let scope = Name::new("scope").unwrap();
-        let hit = |prefix: &str, n: u64| {
-            for i in 0..n {
-                let key = format!("{prefix}{i}");
-                let key = RateKey::new(&scope, &key).unwrap();
-                assert!(table.check(key, &policy, 1).allowed);
-            }
-        };
-        hit("idle", 5 * SWEEP_EVERY);
+        hit_distinct(&table, &policy, "idle", 5 * SWEEP_EVERY, |_| {});
         std::thread::sleep(Duration::from_millis(20));
         // Enough for every shard to reach its next sweep.
-        hit("fresh", 2 * SWEEP_EVERY);
+        hit_distinct(&table, &policy, "fresh", 2 * SWEEP_EVERY, |_| {});
         let live = table.len() as u64;
         assert!(
             live <= 2 * SWEEP_EVERY + table.shards.len() as u64,
@@ -390,15 +398,9 @@ mod tests {
     fn sharded_cap_holds() {
         let max = 8 * MIN_SHARD_KEYS;
         let table = RateTable::new(max);
-        let policy =
-            Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(10).unwrap()));
-        let scope = Name::new("scope").unwrap();
-        for i in 0..50_000 {
-            let key = format!("k{i}");
-            let key = RateKey::new(&scope, &key).unwrap();
-            assert!(table.check(key, &policy, 1).allowed);
+        hit_distinct(&table, &hourly(), "k", 50_000, |table| {
             assert!(table.len() <= max, "{} live keys", table.len());
-        }
+        });
         let floor = table.shards.len() * (table.shard_cap * 7 / 8);
         assert!(
             table.len() >= floor,
