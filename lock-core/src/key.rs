@@ -88,7 +88,20 @@ impl TryFrom<String> for Name {
     }
 }
 
+/// Checks that `s` is at most `max` bytes, with no braces or control
+/// characters. Most names (addresses, ids, paths) are short printable
+/// ASCII below `{`: they are accepted inline, where a rate limiter checks
+/// a key on every decision; anything else takes the full check.
+#[inline]
 pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
+    if s.len() <= max && plain(s.as_bytes()) {
+        return Ok(());
+    }
+    check_chars_fully(s, max)
+}
+
+#[cold]
+fn check_chars_fully(s: &str, max: usize) -> Result<()> {
     if s.len() > max {
         return Err(Error::invalid_name(s, "too long"));
     }
@@ -97,10 +110,6 @@ pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
     // 0x80..=0x9F; 0xC2 is never a continuation byte, so this cannot
     // misread the middle of another character.
     let bytes = s.as_bytes();
-    // Fast path: printable ASCII below `{` (addresses, ids, paths).
-    if plain(bytes) {
-        return Ok(());
-    }
     for (i, &b) in bytes.iter().enumerate() {
         match b {
             b'{' | b'}' => {
@@ -123,7 +132,7 @@ pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
 /// A borrow or carry between bytes only starts at a byte that is flagged
 /// itself, so the answer for the word as a whole is exact.
 #[inline]
-pub(crate) fn plain(bytes: &[u8]) -> bool {
+fn plain(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const TOP: u64 = ONES << 7;
     let word = |x: u64| (x.wrapping_sub(0x20 * ONES) & !x) | x.wrapping_add(0x05 * ONES) | x;

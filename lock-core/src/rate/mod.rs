@@ -39,7 +39,7 @@ use std::time::Duration;
 
 pub use self::quota::{Algorithm, MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
 use crate::error::{Error, Result};
-use crate::key::{MAX_NAME_LEN, Name, check_chars, plain};
+use crate::key::{MAX_NAME_LEN, Name, check_chars};
 
 /// The answer to "may this go ahead?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,20 +93,10 @@ impl<'a> RateKey<'a> {
     /// or a control character.
     #[inline]
     pub fn new(scope: &'a Name, key: &'a str) -> Result<Self> {
-        let room = MAX_NAME_LEN.saturating_sub(scope.as_str().len() + 1);
-        // Most keys (addresses, ids) are short printable ASCII: checked
-        // inline, on every decision. Anything else takes the full check.
-        if !key.is_empty() && key.len() <= room && plain(key.as_bytes()) {
-            return Ok(RateKey { scope, key });
-        }
-        Self::checked(scope, key, room)
-    }
-
-    #[cold]
-    fn checked(scope: &'a Name, key: &'a str, room: usize) -> Result<Self> {
         if key.is_empty() {
             return Err(Error::invalid_name(key, "must not be empty"));
         }
+        let room = MAX_NAME_LEN.saturating_sub(scope.as_str().len() + 1);
         check_chars(key, room)?;
         Ok(RateKey { scope, key })
     }
