@@ -1,8 +1,8 @@
 //! Test harness: real `redis-server` processes ([`RedisServer`]), the
 //! conformance suites every backend must pass ([`mod@lock_suite`],
 //! [`mod@rate_suite`], [`mod@counter_suite`],
-//! [`mod@kinds_suite`]), and helpers
-//! for end-to-end tests.
+//! [`mod@kinds_suite`]), network latency on loopback
+//! ([`latency::DelayProxy`]), and helpers for end-to-end tests.
 //!
 //! ```no_run
 //! use lock_tests::RedisServer;
@@ -18,6 +18,7 @@ pub mod bench;
 pub mod counter_suite;
 pub mod http;
 pub mod kinds_suite;
+pub mod latency;
 pub mod lock_suite;
 pub mod rate_suite;
 mod server;

@@ -1,8 +1,10 @@
 //! The redis-server harness itself: servers start on distinct free ports, and
-//! stop, pause, resume and restart (with or without persistence) as told.
+//! stop, pause, resume and restart (with or without persistence) as told; a
+//! delay proxy adds latency to their round trips.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use lock_tests::latency::DelayProxy;
 use lock_tests::{RedisServer, ServerOptions};
 use redis::Commands;
 
@@ -65,4 +67,52 @@ fn stop_ends_the_process() {
     server.stop();
     assert!(!server.is_running());
     assert!(!answers(&server));
+}
+
+#[test]
+fn delay_proxy_delays_each_direction_and_closes_on_drop() {
+    let server = RedisServer::start();
+    let one_way = Duration::from_millis(25);
+    let proxy = DelayProxy::to_server(&server, one_way);
+    let mut conn = redis::Client::open(proxy.url())
+        .expect("proxy url")
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect through the proxy");
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    let round_trip = 2 * one_way;
+
+    let started = Instant::now();
+    let pong: String = redis::cmd("PING").query(&mut conn).expect("PING");
+    let elapsed = started.elapsed();
+    assert_eq!(pong, "PONG");
+    assert!(elapsed >= round_trip, "a round trip took {elapsed:?}");
+    assert!(elapsed < 5 * round_trip, "a round trip took {elapsed:?}");
+
+    // A pipeline of ten commands waits for one round trip, not ten.
+    let mut pipe = redis::pipe();
+    for _ in 0..10 {
+        pipe.cmd("PING");
+    }
+    let started = Instant::now();
+    let pongs: Vec<String> = pipe.query(&mut conn).expect("pipelined PINGs");
+    let elapsed = started.elapsed();
+    assert_eq!(pongs.len(), 10);
+    assert!(elapsed >= round_trip, "the pipeline took {elapsed:?}");
+    assert!(elapsed < 5 * round_trip, "the pipeline took {elapsed:?}");
+
+    // Bytes arrive whole and in order, in many chunks.
+    let value: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let () = conn.set("big", &value).expect("SET through the proxy");
+    let back: Vec<u8> = server.connection().get("big").expect("GET directly");
+    assert!(back == value, "the server stored other bytes");
+    let back: Vec<u8> = conn.get("big").expect("GET through the proxy");
+    assert!(back == value, "other bytes came back through the proxy");
+
+    drop(proxy);
+    assert!(
+        redis::cmd("PING").query::<String>(&mut conn).is_err(),
+        "a connection outlived its proxy"
+    );
+    assert!(answers(&server));
 }
