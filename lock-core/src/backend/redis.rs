@@ -196,7 +196,11 @@ where
         call: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
         match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => Ok(result?),
+            Ok(Ok(value)) => Ok(value),
+            // The connection's own response timeout, the same bound, may
+            // fire first: the same typed error either way.
+            Ok(Err(error)) if error.is_timeout() => Err(Error::Timeout(self.timeout)),
+            Ok(Err(error)) => Err(error.into()),
             Err(_) => Err(Error::Timeout(self.timeout)),
         }
     }
