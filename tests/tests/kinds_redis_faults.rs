@@ -1,6 +1,7 @@
 //! Redis-only checks of the reentrant and fair locks, the semaphore and
-//! Redlock: several OS processes, killed holders and waiters, and Redlock over
-//! five servers with some of them killed or paused.
+//! Redlock: several OS processes, killed holders and waiters, acquires whose
+//! answers come too late, and Redlock over five servers with some of them
+//! killed, paused or far away.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -8,8 +9,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::Error;
-use lock_core::backend::RedisBackend;
+use lock_core::backend::{RedisBackend, RedisConfig};
 use lock_core::lock::{Lock, LockOptions, Owner, Redlock, ReentrantLock};
+use lock_tests::latency::DelayProxy;
 use lock_tests::{RedisServer, redis_backend};
 use redis::Commands;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -277,6 +279,225 @@ async fn redlock_does_not_wait_on_a_paused_server() {
     servers[3].resume();
 }
 
+/// Redlock over five servers each `one_way` away (behind a delay proxy),
+/// with a per-server timeout of `timeout`. As with `Redlock::connect`, the
+/// connections keep the default response timeout (2 s), which bounds how
+/// long a release keeps trying to reach its server.
+async fn distant_redlock(
+    servers: &[RedisServer],
+    one_way: Duration,
+    timeout: Duration,
+) -> (Vec<DelayProxy>, Redlock) {
+    let proxies: Vec<DelayProxy> = servers
+        .iter()
+        .map(|server| DelayProxy::to_server(server, one_way))
+        .collect();
+    let config = RedisConfig::default().connect_timeout(Duration::from_secs(5));
+    let mut backends = Vec::new();
+    for proxy in &proxies {
+        let client = redis::Client::open(proxy.url()).expect("proxy url");
+        backends.push(
+            RedisBackend::connect_with(client, config.clone())
+                .await
+                .expect("connect through the proxy"),
+        );
+    }
+    let redlock = Redlock::new(backends)
+        .expect("five servers")
+        .per_server_timeout(timeout);
+    (proxies, redlock)
+}
+
+/// Keys on `server`, read directly (not through a proxy).
+fn keys_on(server: &RedisServer) -> Vec<String> {
+    server.connection().keys("*").expect("KEYS")
+}
+
+/// The time an acquire takes counts against its lease: with round trips
+/// of 120 ms, a lock on a 10 s lease is valid for less than 10 s minus
+/// 120 ms, and one on a 100 ms lease is not granted at all (its majority
+/// came after the lease ran out). Its keys expire with that lease before
+/// anyone could look, so the undo of a refused attempt is checked by
+/// `redlock_gives_up_on_servers_slower_than_its_timeout` instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_counts_the_acquire_time_against_the_lease() {
+    let servers = RedisServer::start_many(5);
+    let round_trip = Duration::from_millis(120);
+    let (_proxies, client) =
+        distant_redlock(&servers, round_trip / 2, Duration::from_secs(2)).await;
+
+    let lease = Duration::from_secs(10);
+    let lock =
+        Lock::with_options(client.clone(), "far", LockOptions::new().lease(lease)).expect("valid");
+    let guard = lock.try_lock().await.expect("backend").expect("free");
+    assert!(
+        guard.valid_for() <= lease - round_trip,
+        "valid for {:?} after a {round_trip:?} round trip",
+        guard.valid_for()
+    );
+    assert!(guard.release().await.expect("backend"));
+
+    let short = Lock::with_options(
+        client,
+        "too-far",
+        LockOptions::new().lease(Duration::from_millis(100)),
+    )
+    .expect("valid");
+    for _ in 0..3 {
+        assert!(
+            short.try_lock().await.expect("backend").is_none(),
+            "granted a lock whose majority answered after its lease"
+        );
+    }
+}
+
+/// The per-server timeout bounds the wait on servers that are slow rather
+/// than down: with every answer 120 ms away and a 50 ms timeout, an
+/// acquire fails with `NoQuorum` well within its budget, and holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_gives_up_on_servers_slower_than_its_timeout() {
+    let servers = RedisServer::start_many(5);
+    let timeout = Duration::from_millis(50);
+    let (_proxies, client) = distant_redlock(&servers, Duration::from_millis(60), timeout).await;
+    let lock = Lock::with_options(
+        client,
+        "slow",
+        LockOptions::new().lease(Duration::from_secs(10)),
+    )
+    .expect("valid");
+    let started = Instant::now();
+    let result = lock.try_lock().await;
+    let took = started.elapsed();
+    match result {
+        Err(Error::NoQuorum { answered, needed }) => assert_eq!((answered, needed), (0, 3)),
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    // The acquire and its undo each wait one timeout; allow 5x that.
+    assert!(took < 5 * 2 * timeout, "gave up after {took:?}");
+    // The SETs that arrived after the timeout were undone by the attempt's
+    // undo, which reaches each server after them on the same connection.
+    for server in &servers {
+        assert_eq!(
+            keys_left_on(server),
+            Vec::<String>::new(),
+            "left on a server"
+        );
+    }
+}
+
+/// Waits up to half a second for `server` to hold no key; says what is left.
+fn keys_left_on(server: &RedisServer) -> Vec<String> {
+    let mut left = keys_on(server);
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        left = keys_on(server);
+    }
+    left
+}
+
+/// One of five servers is far away (answers 120 ms away, the per-server
+/// timeout is 50 ms): the lock is taken and released by the other four,
+/// and the release still reaches the distant one, which holds the key by
+/// then, rather than leaving the key there until the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_release_reaches_a_server_slower_than_its_timeout() {
+    let servers = RedisServer::start_many(5);
+    let far = DelayProxy::to_server(&servers[4], Duration::from_millis(60));
+    let mut urls: Vec<String> = servers[..4].iter().map(RedisServer::url).collect();
+    urls.push(far.url());
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = Redlock::connect(&urls).await.expect("connect");
+    let lock = Lock::with_options(
+        client,
+        "far",
+        LockOptions::new().lease(Duration::from_secs(60)),
+    )
+    .expect("valid");
+    for _ in 0..3 {
+        let guard = lock.try_lock().await.expect("4 of 5 answer").expect("free");
+        // Its `SET` reaches the distant server too, after the acquire.
+        let landed = lock_tests::eventually(Duration::from_secs(2), async || {
+            !keys_on(&servers[4]).is_empty()
+        });
+        assert!(landed.await, "the SET never reached the distant server");
+        assert!(guard.release().await.expect("4 of 5 answer"));
+        for server in &servers {
+            assert_eq!(
+                keys_left_on(server),
+                Vec::<String>::new(),
+                "left on a server"
+            );
+        }
+    }
+}
+
+/// A release that could not even be written before its per-server wait ran
+/// out is still sent when the connection moves again. redis-rs skips a
+/// queued command whose caller stopped waiting, so a release that a
+/// stalled connection held back would be lost, and the key left for its
+/// whole lease. Here server 4 stops reading (paused, its connection full
+/// with a 64 MiB command) while the other four release the lock, and
+/// comes back after the release's 50 ms wait has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_release_is_sent_after_its_wait_gave_up() {
+    let servers = RedisServer::start_many(5);
+    let config = RedisConfig::default().response_timeout(Duration::from_secs(10));
+    let mut backends = Vec::new();
+    for server in &servers {
+        let client = redis::Client::open(server.url()).expect("url");
+        backends.push(
+            RedisBackend::connect_with(client, config.clone())
+                .await
+                .expect("connect"),
+        );
+    }
+    let mut stalled = backends[4].connection();
+    let per_server = Duration::from_millis(50);
+    let client = Redlock::new(backends)
+        .expect("five servers")
+        .per_server_timeout(per_server);
+    let lock = Lock::with_options(
+        client,
+        "stalled",
+        LockOptions::new().lease(Duration::from_secs(60)),
+    )
+    .expect("valid");
+    let guard = lock.try_lock().await.expect("backend").expect("free");
+    let landed = lock_tests::eventually(Duration::from_secs(2), async || {
+        keys_on(&servers[4]).len() == 1
+    });
+    assert!(landed.await, "the SET never reached server 4");
+
+    servers[4].pause();
+    let filler = tokio::spawn(async move {
+        redis::cmd("SET")
+            .arg("filler")
+            .arg(vec![b'x'; 64 << 20])
+            .query_async::<()>(&mut stalled)
+            .await
+    });
+    // Long enough for the filler to fill the socket and hold the rest back.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(guard.release().await.expect("4 of 5 answer"));
+    tokio::time::sleep(4 * per_server).await;
+    servers[4].resume();
+    filler.await.expect("filler task").expect("filler SET");
+    let released = lock_tests::eventually(Duration::from_secs(5), async || {
+        keys_on(&servers[4]) == ["filler"]
+    });
+    assert!(
+        released.await,
+        "server 4 kept {:?} after the release",
+        keys_on(&servers[4])
+    );
+    for server in &servers[..4] {
+        assert_eq!(keys_on(server), Vec::<String>::new());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_refuses_what_it_cannot_do() {
     let servers = RedisServer::start_many(3);
@@ -391,4 +612,79 @@ async fn redlock_failed_attempts_wake_no_one() {
         "{attempts} attempts in {wait:?}"
     );
     assert!(guard.release().await.expect("backend"));
+}
+
+/// An acquire of each kind whose answer comes too late (the server is 500
+/// ms away, the client waits 200 ms) fails with `Error::Timeout`, but it is
+/// still carried out when it reaches the server; the cleanup sent after it
+/// on the same connection then gives it back, so a nearby client gets the
+/// lock at once rather than after the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_acquire_of_every_kind_is_given_back() {
+    let server = RedisServer::start();
+    // The cleanup must leave the client within its own timeout (redis-rs
+    // drops a queued command whose caller stopped waiting): a wide one
+    // keeps a busy machine's scheduling delays from deciding the test.
+    let proxy = DelayProxy::to_server(&server, Duration::from_millis(250));
+    let timeout = Duration::from_millis(200);
+    let config = RedisConfig::default()
+        .response_timeout(timeout)
+        .connect_timeout(Duration::from_secs(5));
+    let far =
+        RedisBackend::connect_with(redis::Client::open(proxy.url()).expect("proxy url"), config)
+            .await
+            .expect("connect through the proxy");
+    let near = RedisBackend::connect(&server.url()).await.expect("connect");
+    let lease = LockOptions::new().lease(Duration::from_secs(30));
+    let one = std::num::NonZeroU32::MIN;
+    for kind in ["plain", "fair", "reentrant", "semaphore"] {
+        // Every script of the kind is loaded, as on a server in use: the
+        // late acquire is carried out, not refused with `NOSCRIPT`.
+        let name = format!("warm-{kind}");
+        let attempt = async |backend: &RedisBackend, name: &str| -> Result<bool, Error> {
+            let taken = match kind {
+                "plain" => {
+                    Lock::with_options(backend.clone(), name, lease)?
+                        .try_lock()
+                        .await?
+                }
+                "fair" => {
+                    Lock::with_options(backend.clone(), name, lease.fair(true))?
+                        .try_lock()
+                        .await?
+                }
+                "reentrant" => {
+                    ReentrantLock::with_options(backend.clone(), name, lease)?
+                        .try_lock(&Owner::new())
+                        .await?
+                }
+                _ => {
+                    lock_core::lock::Semaphore::with_options(backend.clone(), name, one, lease)?
+                        .try_acquire()
+                        .await?
+                }
+            };
+            match taken {
+                Some(guard) => Ok(guard.release().await?),
+                None => Ok(false),
+            }
+        };
+        assert!(
+            attempt(&near, &name).await.expect("warm-up"),
+            "{kind}: warm-up"
+        );
+
+        match attempt(&far, kind).await {
+            Err(Error::Timeout(after)) => assert_eq!(after, timeout, "{kind}"),
+            other => panic!("{kind}: expected a timeout, got {other:?}"),
+        }
+        // Let the late acquire and its cleanup reach the server (each 250
+        // ms away; a nearby attempt made earlier could take the lock before
+        // the late acquire lands, and prove nothing).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            attempt(&near, kind).await.expect("backend"),
+            "{kind}: still held after a timed-out acquire"
+        );
+    }
 }

@@ -19,7 +19,9 @@ macro_rules! script {
 }
 
 static ACQUIRE: LazyLock<Script> = script!("fence.lua", "acquire.lua");
-static RELEASE: LazyLock<Script> = script!("release.lua");
+/// The release script's text, also sent whole by [`RedisBackend::release_plain_whole`].
+const RELEASE_SOURCE: &str = include_str!("release.lua");
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 static EXTEND: LazyLock<Script> = script!("extend.lua");
 static FORCE_RELEASE: LazyLock<Script> = script!("force_release.lua");
 static REENTRANT_ACQUIRE: LazyLock<Script> = script!("fence.lua", "reentrant_acquire.lua");
@@ -121,17 +123,34 @@ where
         })
     }
 
-    /// Compare-and-delete of a plain lock that wakes no one: how Redlock
-    /// takes back what a failed acquire got. A failed attempt must not wake
-    /// waiters, its own included, or contenders that each get a minority
-    /// would wake one another into attempt after attempt.
-    pub(crate) async fn undo_plain(&self, name: &Name, token: &str) -> Result<bool> {
-        let mut invocation = RELEASE.prepare_invoke();
-        invocation
-            .key(self.lock_keys(Kind::Plain, name).lock)
+    /// Compare-and-delete of a plain lock, for Redlock: its release, and
+    /// (with `wake` false) how it takes back what a failed acquire got. A
+    /// failed attempt must not wake waiters, its own included, or
+    /// contenders that each get a minority would wake one another into
+    /// attempt after attempt.
+    ///
+    /// Sent as `EVAL` with the script's text, not `EVALSHA`: a release must
+    /// take effect even on a server slower than the per-server timeout,
+    /// whose answer nobody waits for. It arrives after that server's `SET`
+    /// on the same connection and runs as one command, where an `EVALSHA`
+    /// meeting an empty script cache (a new or restarted server) would get
+    /// `NOSCRIPT`, and the load and retry would never be sent.
+    pub(crate) async fn release_plain_whole(
+        &self,
+        name: &Name,
+        token: &str,
+        wake: bool,
+    ) -> Result<bool> {
+        let keys = self.lock_keys(Kind::Plain, name);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(RELEASE_SOURCE)
+            .arg(1)
+            .arg(keys.lock)
             .arg(token)
-            .arg("");
-        Ok(self.invoke::<i64>(invocation).await? == 1)
+            .arg(if wake { keys.channel } else { String::new() });
+        let mut conn = self.connection();
+        let released: i64 = self.bounded(eval.query_async(&mut conn)).await?;
+        Ok(released == 1)
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use futures_util::future::join_all;
+use futures_util::future::{Either, join_all};
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
@@ -20,11 +20,18 @@ use crate::key::Name;
 /// per-server timeout far below the lease, and succeeds only with a majority
 /// (N/2 + 1) and a positive validity: lease − elapsed − drift, with drift =
 /// lease/100 + 2 ms and elapsed measured on a monotonic clock. On failure the
-/// lock is released on every server. Extension and release also go to every
-/// server and count a majority. Use it with [`Lock`](super::Lock) like any
-/// backend: guards, watchdog and lease-lost signal work the same, and
-/// waiters are woken by pub/sub when the holder releases (see
-/// [`RedlockWaiter`]).
+/// lock is released on every server, including those that did not answer in
+/// time. Extension and release also go to every server and count a
+/// majority. A release is one self-contained command (the script's text,
+/// not its hash), so it takes effect when it reaches a slow server, after
+/// the `SET` it undoes, whether or not anyone still waits for its answer.
+/// It is sent from a task of its own, which keeps it queued until the
+/// server's response timeout even after the per-server wait gave up:
+/// redis-rs drops a queued command whose caller stopped waiting, so a
+/// release held back by a stalled connection would otherwise be lost.
+/// Use it with [`Lock`](super::Lock) like any backend: guards, watchdog
+/// and lease-lost signal work the same, and waiters are woken by pub/sub
+/// when the holder releases (see [`RedlockWaiter`]).
 ///
 /// Plain locks only, without fencing tokens: N independent counters cannot
 /// give one monotonic sequence.
@@ -56,6 +63,11 @@ pub const DEFAULT_PER_SERVER_TIMEOUT: Duration = Duration::from_millis(50);
 impl Redlock {
     /// Redlock over already connected servers.
     ///
+    /// Each backend's response timeout bounds how long a release keeps
+    /// trying to reach that server after the per-server wait gave up (see
+    /// [`per_server_timeout`](Self::per_server_timeout)); keep it well above
+    /// the per-server timeout.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] with no server.
     pub fn new(servers: Vec<RedisBackend>) -> Result<Self> {
@@ -72,15 +84,14 @@ impl Redlock {
         })
     }
 
-    /// Connects to every URL (each with a response timeout of
-    /// [`DEFAULT_PER_SERVER_TIMEOUT`]).
+    /// Connects to every URL, each with [`RedisConfig`]'s default response
+    /// timeout (2 s): how long a release keeps trying to reach a slow
+    /// server. Answers are waited for [`DEFAULT_PER_SERVER_TIMEOUT`].
     ///
     /// # Errors
     /// A bad URL or a server that cannot be reached.
     pub async fn connect(urls: &[&str]) -> Result<Self> {
-        let config = RedisConfig::default()
-            .response_timeout(DEFAULT_PER_SERVER_TIMEOUT)
-            .connect_timeout(Duration::from_secs(2));
+        let config = RedisConfig::default().connect_timeout(Duration::from_secs(2));
         let connects = urls.iter().map(|url| {
             let config = config.clone();
             async move { RedisBackend::connect_with(redis::Client::open(*url)?, config).await }
@@ -92,7 +103,9 @@ impl Redlock {
         Self::new(servers)
     }
 
-    /// Bound on each server's answer (default 50 ms); keep it far below the lease.
+    /// Bound on each server's answer (default 50 ms); keep it far below the
+    /// lease. A release whose wait it ends is still sent to that server, up
+    /// to the server's own response timeout.
     pub fn per_server_timeout(mut self, timeout: Duration) -> Self {
         self.per_server_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -198,6 +211,35 @@ impl Redlock {
     }
 }
 
+/// Runs `call` in a task of its own, so that it outlives the caller's wait.
+/// redis-rs never sends a queued command whose caller stopped waiting: a
+/// release held back past the per-server timeout by a stalled connection
+/// would be dropped, and the key it undoes kept for its whole lease. In a
+/// task of its own it is sent when the connection moves again, unless the
+/// server's own response timeout runs out first.
+fn detached<T, F>(call: F) -> impl Future<Output = Result<T>> + Send + 'static
+where
+    F: Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let task = runtime.spawn(call);
+            Either::Left(async move {
+                match task.await {
+                    Ok(result) => result,
+                    Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                    Err(_) => Err(Error::Redis(
+                        std::io::Error::other("the runtime shut down before the server answered")
+                            .into(),
+                    )),
+                }
+            })
+        }
+        Err(_) => Either::Right(call),
+    }
+}
+
 fn plain_only(kind: Kind) -> Result<()> {
     if kind == Kind::Plain {
         Ok(())
@@ -259,7 +301,7 @@ impl LockBackend for Redlock {
         let _ = self
             .on_all(|server| {
                 let (name, token) = (name.clone(), token.to_owned());
-                async move { server.undo_plain(&name, &token).await }
+                detached(async move { server.release_plain_whole(&name, &token, false).await })
             })
             .await;
         let answered = results.iter().filter(|r| r.is_ok()).count();
@@ -285,7 +327,7 @@ impl LockBackend for Redlock {
             .on_all_until(
                 |server| {
                     let (name, token) = (name.clone(), token.to_owned());
-                    async move { server.release(kind, &name, &token).await }
+                    detached(async move { server.release_plain_whole(&name, &token, true).await })
                 },
                 |results| self.majority(results),
             )
