@@ -13,12 +13,13 @@
 //! 4. HTTP: axum with our layer (memory) vs `tower_governor`, our layer on
 //!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
 //!    in process, the same layers' time, allocations and (under `valgrind`,
-//!    when it is installed) instructions per request;
+//!    when it is installed) instructions per request, and in memory the
+//!    decisions of one thread and of two at once;
 //! 5. resident memory of the memory backend after one million distinct keys.
 //!
 //! One module per section: [`locks`] (2), [`redlock`] (3), [`layers`],
-//! [`actix_cost`] and [`http`] (4, with the load generator in [`load`]),
-//! [`memory`] (5). Section 1 is `lock_tests::bench`.
+//! [`actix_cost`], [`threads`] and [`http`] (4, with the load generator in
+//! [`load`]), [`memory`] (5). Section 1 is `lock_tests::bench`.
 
 mod actix_cost;
 mod http;
@@ -27,6 +28,7 @@ mod load;
 mod locks;
 mod memory;
 mod redlock;
+mod threads;
 
 use std::process::Command;
 use std::time::Duration;
@@ -124,6 +126,9 @@ async fn main() -> Result<(), Error> {
     }
     if run("4") || run("4c") {
         actix_cost::actix_layer_cost(&scale)?;
+    }
+    if run("4") || run("4t") {
+        threads::two_threads(&scale)?;
     }
     if run("4") {
         http::http(&scale).await?;

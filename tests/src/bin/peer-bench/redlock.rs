@@ -7,6 +7,7 @@ use lock_core::backend::RedisBackend;
 use lock_core::lock::{Lock, LockBackend, LockOptions, Redlock};
 use lock_tests::RedisServer;
 use lock_tests::bench::Error;
+use lock_tests::latency::DelayProxy;
 
 use crate::locks::{handoff, handoff_row, rslock_handoffs};
 use crate::{Scale, micros, percentile, ratio_row};
@@ -228,5 +229,85 @@ pub(super) async fn redlock(scale: &Scale) -> Result<(), Error> {
             handoff_row(label, o, reference, value);
         }
     }
+    with_latency(&servers, scale).await
+}
+
+/// How long the delay proxies hold bytes in each direction: round trips of
+/// at least 0.2 ms and 1 ms, as between machines in one rack and across a
+/// data centre.
+const ONE_WAY: [Duration; 2] = [Duration::from_micros(100), Duration::from_micros(500)];
+
+/// The acquire over 5 servers against one, with every connection behind a
+/// [`DelayProxy`]: round trips then wait on the (simulated) network as well
+/// as on this machine's two cores, and requests sent at once wait in
+/// parallel.
+async fn with_latency(servers: &[RedisServer], scale: &Scale) -> Result<(), Error> {
+    let rounds = (scale.iterations / 40).max(20);
+    println!(
+        "\nThe acquire behind delay proxies, which hold every chunk of bytes a fixed time each way (as a network between machines would), {rounds} rounds per delay\n"
+    );
+    println!(
+        "| delay each way | plain lock (1 server), p50 | Redlock (5 servers), p50 | Redlock (5) / plain, p50 | p99 | Redlock (3) / plain, p50 | rslock (5) / plain, p50 | redis-rs alone, 3rd answer of 5 / 1 server, p50 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for one_way in ONE_WAY {
+        let mut acquires = acquires_behind(servers, one_way, rounds).await?;
+        let p50 = |acquires: &mut [Vec<Duration>; 6], i: usize| percentile(&mut acquires[i], 0.5);
+        let ratio = |a: Duration, b: Duration| format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64());
+        let (red5, plain) = (p50(&mut acquires, 0), p50(&mut acquires, 1));
+        let p99 = ratio(
+            percentile(&mut acquires[0], 0.99),
+            percentile(&mut acquires[1], 0.99),
+        );
+        println!(
+            "| {} us | {} | {} | {} | {p99} | {} | {} | {} |",
+            one_way.as_micros(),
+            micros(plain),
+            micros(red5),
+            ratio(red5, plain),
+            ratio(p50(&mut acquires, 2), plain),
+            ratio(p50(&mut acquires, 3), plain),
+            ratio(p50(&mut acquires, 4), p50(&mut acquires, 5)),
+        );
+    }
     Ok(())
+}
+
+/// Acquire times behind proxies to `servers` that add `one_way` each way:
+/// Redlock over 5, the plain lock on 1, Redlock over 3, `rslock` over 5,
+/// and the redis-rs fan-out to 5 until the 3rd answer and to 1, `rounds`
+/// of each, interleaved.
+async fn acquires_behind(
+    servers: &[RedisServer],
+    one_way: Duration,
+    rounds: usize,
+) -> Result<[Vec<Duration>; 6], Error> {
+    let proxies: Vec<DelayProxy> = servers
+        .iter()
+        .map(|server| DelayProxy::to_server(server, one_way))
+        .collect();
+    let urls: Vec<String> = proxies.iter().map(DelayProxy::url).collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let options = LockOptions::new().lease(Duration::from_secs(10));
+    let red5 = Lock::with_options(Redlock::connect(&url_refs).await?, "lat5", options)?;
+    let red3 = Lock::with_options(Redlock::connect(&url_refs[..3]).await?, "lat3", options)?;
+    let single = Lock::with_options(RedisBackend::connect(&urls[0]).await?, "lat1", options)?;
+    let theirs = rslock::LockManager::new(urls.clone());
+    let mut raw = Vec::new();
+    for url in &urls {
+        raw.push(redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?);
+    }
+    let mut acquires: [Vec<Duration>; 6] = Default::default();
+    for _ in 0..rounds {
+        acquires[0].push(timed(&red5).await?.0);
+        acquires[1].push(timed(&single).await?.0);
+        acquires[2].push(timed(&red3).await?.0);
+        let started = Instant::now();
+        let lock = theirs.lock("rs-lat", Duration::from_secs(10)).await?;
+        acquires[3].push(started.elapsed());
+        theirs.unlock(&lock).await;
+        acquires[4].push(fan_out(&raw, "raw-lat", 3).await?);
+        acquires[5].push(fan_out(&raw[..1], "raw-lat", 1).await?);
+    }
+    Ok(acquires)
 }
