@@ -293,19 +293,28 @@ async fn distant_redlock(
         .map(|server| DelayProxy::to_server(server, one_way))
         .collect();
     let config = RedisConfig::default().connect_timeout(Duration::from_secs(5));
-    let mut backends = Vec::new();
-    for proxy in &proxies {
-        let client = redis::Client::open(proxy.url()).expect("proxy url");
-        backends.push(
-            RedisBackend::connect_with(client, config.clone())
-                .await
-                .expect("connect through the proxy"),
-        );
-    }
+    let backends = connect_each(proxies.iter().map(DelayProxy::url), &config).await;
     let redlock = Redlock::new(backends)
         .expect("five servers")
         .per_server_timeout(timeout);
     (proxies, redlock)
+}
+
+/// One backend per URL, each connected with `config`.
+async fn connect_each(
+    urls: impl IntoIterator<Item = String>,
+    config: &RedisConfig,
+) -> Vec<RedisBackend> {
+    let mut backends = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url).expect("url");
+        backends.push(
+            RedisBackend::connect_with(client, config.clone())
+                .await
+                .expect("connect"),
+        );
+    }
+    backends
 }
 
 /// Keys on `server`, read directly (not through a proxy).
@@ -445,15 +454,7 @@ async fn redlock_release_reaches_a_server_slower_than_its_timeout() {
 async fn redlock_release_is_sent_after_its_wait_gave_up() {
     let servers = RedisServer::start_many(5);
     let config = RedisConfig::default().response_timeout(Duration::from_secs(10));
-    let mut backends = Vec::new();
-    for server in &servers {
-        let client = redis::Client::open(server.url()).expect("url");
-        backends.push(
-            RedisBackend::connect_with(client, config.clone())
-                .await
-                .expect("connect"),
-        );
-    }
+    let backends = connect_each(servers.iter().map(RedisServer::url), &config).await;
     let mut stalled = backends[4].connection();
     let per_server = Duration::from_millis(50);
     let client = Redlock::new(backends)
