@@ -52,7 +52,12 @@ impl RedisConfig {
     }
 
     /// Longest wait for any one reply (default 2 s). A call that takes longer
-    /// fails with [`Error::Timeout`]. Zero is taken as 1 ms.
+    /// fails with [`Error::Timeout`], and its outcome is unknown: a command
+    /// already sent may still be carried out, and one still queued on the
+    /// connection when the wait ends is not sent at all. Retry stock
+    /// operations with the same operation or order id, which replays the
+    /// first outcome. Locks give back what a timed-out acquire may have
+    /// taken, in the background, within this same bound. Zero is taken as 1 ms.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout.max(Duration::from_millis(1));
         self
