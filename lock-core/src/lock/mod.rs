@@ -375,7 +375,10 @@ impl<B: LockBackend> Lock<B> {
     /// have taken (and leaves a fair lock's line).
     ///
     /// # Errors
-    /// Backend failures and timeouts.
+    /// Backend failures and timeouts. On [`Redlock`], an attempt that too
+    /// few servers answered ([`Error::NoQuorum`]) is tried again, as a busy
+    /// one is, while the wait lasts (the Redlock algorithm's retry); the
+    /// error comes back only when the wait ran out on one.
     pub async fn lock(&self, wait: Duration) -> Result<Option<LockGuard<B>>> {
         self.acquire(None, wait).await
     }
@@ -411,7 +414,17 @@ impl<B: LockBackend> Lock<B> {
                 lease,
                 fencing: self.options.fencing && self.kind.fences(),
             };
-            match self.backend.acquire(&request).await? {
+            // A majority that did not answer in time may answer the next
+            // attempt: Redlock retries it like a busy lock (the attempt has
+            // already undone itself on every server).
+            let (attempt, unanswered) = match self.backend.acquire(&request).await {
+                Ok(attempt) => (attempt, None),
+                Err(error @ Error::NoQuorum { .. }) => {
+                    (Attempt::Busy { retry_in: None }, Some(error))
+                }
+                Err(error) => return Err(error),
+            };
+            match attempt {
                 Attempt::Acquired { fence } => {
                     cleanup.armed = false;
                     let drift = self.backend.clock_drift(lease);
@@ -436,7 +449,10 @@ impl<B: LockBackend> Lock<B> {
                             let left = self.backend.release(self.kind, &self.name, &token).await;
                             cleanup.armed = left.is_err();
                         }
-                        return Ok(None);
+                        return match unanswered {
+                            Some(error) => Err(error),
+                            None => Ok(None),
+                        };
                     }
                     match waiter.as_mut() {
                         // First miss: subscribe, then retry at once so a
