@@ -307,13 +307,7 @@ async fn redlock_lock_retries_an_attempt_a_majority_did_not_answer() {
         .expect("tried again until the majority answered")
         .expect("free");
     assert!(guard.release().await.expect("backend"));
-    for server in &servers {
-        assert_eq!(
-            keys_left_on(server),
-            Vec::<String>::new(),
-            "left on a server"
-        );
-    }
+    assert_no_key_left(&servers);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,26 +448,22 @@ async fn redlock_gives_up_on_servers_slower_than_its_timeout() {
     assert!(took < 5 * 2 * timeout, "gave up after {took:?}");
     // The SETs that arrived after the timeout were undone by the attempt's
     // undo, which reaches each server after them on the same connection.
-    for server in &servers {
-        assert_eq!(
-            keys_left_on(server),
-            Vec::<String>::new(),
-            "left on a server"
-        );
-    }
+    assert_no_key_left(&servers);
 }
 
-/// Waits up to half a second for `server` to hold no key; says what is left.
-fn keys_left_on(server: &RedisServer) -> Vec<String> {
-    let mut left = keys_on(server);
-    for _ in 0..50 {
-        if left.is_empty() {
-            break;
+/// Waits up to 2 s for each server to hold no key; fails with what is left.
+fn assert_no_key_left(servers: &[RedisServer]) {
+    for (i, server) in servers.iter().enumerate() {
+        let mut left = keys_on(server);
+        for _ in 0..200 {
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            left = keys_on(server);
         }
-        std::thread::sleep(Duration::from_millis(10));
-        left = keys_on(server);
+        assert_eq!(left, Vec::<String>::new(), "left on server {i}");
     }
-    left
 }
 
 /// One of five servers is far away (answers 500 ms away, the per-server
@@ -506,13 +496,7 @@ async fn redlock_release_reaches_a_server_slower_than_its_timeout() {
         });
         assert!(landed.await, "the SET never reached the distant server");
         assert!(guard.release().await.expect("4 of 5 answer"));
-        for server in &servers {
-            assert_eq!(
-                keys_left_on(server),
-                Vec::<String>::new(),
-                "left on a server"
-            );
-        }
+        assert_no_key_left(&servers);
     }
 }
 
