@@ -424,13 +424,16 @@ async fn redlock_counts_the_acquire_time_against_the_lease() {
 }
 
 /// The per-server timeout bounds the wait on servers that are slow rather
-/// than down: with every answer 120 ms away and a 50 ms timeout, an
+/// than down: with every answer 300 ms away and a 50 ms timeout, an
 /// acquire fails with `NoQuorum` well within its budget, and holds nothing.
+/// (Far more than the timeout: only a 250 ms stall of the client at the
+/// wrong moment could let an answer count.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_gives_up_on_servers_slower_than_its_timeout() {
     let servers = RedisServer::start_many(5);
     let timeout = Duration::from_millis(50);
-    let (_proxies, client) = distant_redlock(&servers, Duration::from_millis(60), timeout).await;
+    let one_way = Duration::from_millis(150);
+    let (_proxies, client) = distant_redlock(&servers, one_way, timeout).await;
     let lock = Lock::with_options(
         client,
         "slow",
@@ -448,6 +451,8 @@ async fn redlock_gives_up_on_servers_slower_than_its_timeout() {
     assert!(took < 5 * 2 * timeout, "gave up after {took:?}");
     // The SETs that arrived after the timeout were undone by the attempt's
     // undo, which reaches each server after them on the same connection.
+    // Looked at once the SETs have landed (else no key would prove nothing).
+    tokio::time::sleep(2 * one_way).await;
     assert_no_key_left(&servers);
 }
 
