@@ -11,14 +11,14 @@ use lock_tower::RateLimitLayer;
 use lock_tower::key::PeerIp;
 
 use crate::layers::gcra_policy;
-use crate::{ALLOCATIONS, Scale};
+use crate::{Allocations, Scale};
 
 /// Times `$n` calls of the actix service `$app` with requests from `$request`;
 /// nanoseconds and heap allocations per request (building the request
 /// included).
 macro_rules! actix_per_request {
     ($app:expr, $request:expr, $n:expr) => {{
-        let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+        let allocations = Allocations::start();
         let started = Instant::now();
         for _ in 0..$n {
             let response = actix_web::test::call_service($app, $request()).await;
@@ -27,7 +27,7 @@ macro_rules! actix_per_request {
             }
         }
         let elapsed = started.elapsed();
-        let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - allocations;
+        let allocations = allocations.stop();
         (
             elapsed.as_nanos() as f64 / $n as f64,
             allocations as f64 / $n as f64,

@@ -14,7 +14,7 @@ use lock_tests::bench::Error;
 use lock_tower::RateLimitLayer;
 use lock_tower::key::PeerIp;
 
-use crate::{ALLOCATIONS, Scale};
+use crate::{Allocations, Scale};
 
 pub(super) fn huge() -> NonZeroU32 {
     NonZeroU32::new(1_000_000_000).unwrap_or(NonZeroU32::MAX)
@@ -60,7 +60,7 @@ async fn per_request(app: Router, peer: &str, n: usize) -> Result<(f64, f64), Er
     for _ in 0..n / 10 {
         app.ready().await?.call(request()).await?;
     }
-    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let allocations = Allocations::start();
     let started = Instant::now();
     for _ in 0..n {
         let response = app.ready().await?.call(request()).await?;
@@ -69,7 +69,7 @@ async fn per_request(app: Router, peer: &str, n: usize) -> Result<(f64, f64), Er
         }
     }
     let elapsed = started.elapsed();
-    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - allocations;
+    let allocations = allocations.stop();
     Ok((
         elapsed.as_nanos() as f64 / n as f64,
         allocations as f64 / n as f64,

@@ -35,17 +35,47 @@ use std::time::Duration;
 
 use lock_tests::bench::{Error, throughput_table};
 
-/// Counts heap allocations, so the layer table can show allocations per
-/// request next to time per request.
+/// Counts heap allocations while [`Allocations`] is counting, so the layer
+/// tables can show allocations per request next to time per request. At
+/// other times it only reads a flag: one counter bumped by every thread
+/// would be one more cache line that the servers under load pass between
+/// cores.
 struct Counting;
 
 static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn count_allocation() {
+    use std::sync::atomic::Ordering::Relaxed;
+    if COUNTING.load(Relaxed) {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+    }
+}
+
+/// Heap allocations counted from [`Allocations::start`] until
+/// [`Allocations::stop`] (one measurement at a time).
+struct Allocations(u64);
+
+impl Allocations {
+    fn start() -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        COUNTING.store(true, Relaxed);
+        Allocations(ALLOCATIONS.load(Relaxed))
+    }
+
+    /// The allocations since [`start`](Self::start).
+    fn stop(self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        COUNTING.store(false, Relaxed);
+        ALLOCATIONS.load(Relaxed) - self.0
+    }
+}
 
 // SAFETY: every call is forwarded unchanged to the system allocator.
 #[allow(unsafe_code)] // benchmark instrumentation only
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        count_allocation();
         // SAFETY: the caller upholds `alloc`'s contract.
         unsafe { std::alloc::System.alloc(layout) }
     }
@@ -54,7 +84,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        count_allocation();
         // SAFETY: the caller upholds `realloc`'s contract.
         unsafe { std::alloc::System.realloc(ptr, layout, new) }
     }
