@@ -18,11 +18,11 @@ use crate::layers::{gcra_policy, huge, memory_layer, quiet_layer};
 use crate::load::load;
 use crate::{Scale, micros};
 
-pub(super) async fn http(scale: &Scale) -> Result<(), Error> {
+/// Section 4's servers under load. With `memory_only`, just the axum
+/// servers without Redis (`--only 4h`), in [`MEMORY_ROUNDS`] rounds rather
+/// than [`ROUNDS`], for a closer look at ours against `tower_governor`.
+pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> {
     let hello = || Router::new().route("/", get(|| async { "hello" }));
-    let redis = RedisServer::start();
-    let backend = RedisBackend::connect(&redis.url()).await?;
-
     let bare = TestServer::start(hello()).await;
     let ours_memory = TestServer::start(hello().layer(memory_layer()?)).await;
     let governor = tower_governor::governor::GovernorConfigBuilder::default()
@@ -43,55 +43,62 @@ pub(super) async fn http(scale: &Scale) -> Result<(), Error> {
     let theirs_memory_headers =
         TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor_headers)))
             .await;
-    let ours_redis = TestServer::start(hello().layer(RateLimitLayer::new(
-        RateLimiter::new(backend.clone(), "http", gcra_policy())?,
-        PeerIp::new(),
-    )))
-    .await;
-
-    let ours_actix = actix_server(ActixVariant::Ours(redis.url(), true))?;
-    // actix-limitation sends no rate-limit fields at all.
-    let ours_actix_quiet = actix_server(ActixVariant::Ours(redis.url(), false))?;
-    let theirs_actix = actix_server(ActixVariant::Limitation(redis.url()))?;
-    let bare_actix = actix_server(ActixVariant::Bare)?;
-    let targets = [
-        ("axum, no layer", bare.addr()),
-        ("axum + ours (memory)", ours_memory.addr()),
-        ("axum + tower_governor", theirs_memory.addr()),
-        (
-            "axum + tower_governor with headers",
-            theirs_memory_headers.addr(),
-        ),
-        ("axum + ours (redis)", ours_redis.addr()),
-        ("actix + ours (redis)", ours_actix.0),
-        ("actix + actix-limitation (redis)", theirs_actix.0),
-        (
-            "axum + ours (memory), fields on refusals only",
-            ours_quiet.addr(),
-        ),
-        ("actix, no layer", bare_actix.0),
-        (
-            "actix + ours (redis), fields on refusals only",
-            ours_actix_quiet.0,
-        ),
+    let mut targets = vec![
+        (BARE, bare.addr()),
+        (OURS_MEMORY, ours_memory.addr()),
+        (GOVERNOR, theirs_memory.addr()),
+        (GOVERNOR_HEADERS, theirs_memory_headers.addr()),
+        (OURS_QUIET, ours_quiet.addr()),
     ];
+    // Kept until the end of the function: the servers stop when dropped.
+    let mut _redis_servers = None;
+    if !memory_only {
+        let redis = RedisServer::start();
+        let backend = RedisBackend::connect(&redis.url()).await?;
+        let ours_redis = TestServer::start(hello().layer(RateLimitLayer::new(
+            RateLimiter::new(backend.clone(), "http", gcra_policy())?,
+            PeerIp::new(),
+        )))
+        .await;
+        let ours_actix = actix_server(ActixVariant::Ours(redis.url(), true))?;
+        // actix-limitation sends no rate-limit fields at all.
+        let ours_actix_quiet = actix_server(ActixVariant::Ours(redis.url(), false))?;
+        let theirs_actix = actix_server(ActixVariant::Limitation(redis.url()))?;
+        let bare_actix = actix_server(ActixVariant::Bare)?;
+        targets.extend([
+            (OURS_REDIS, ours_redis.addr()),
+            (OURS_ACTIX, ours_actix.0),
+            (LIMITATION, theirs_actix.0),
+            (BARE_ACTIX, bare_actix.0),
+            (OURS_ACTIX_QUIET, ours_actix_quiet.0),
+        ]);
+        _redis_servers = Some((
+            redis,
+            ours_redis,
+            [ours_actix, ours_actix_quiet, theirs_actix, bare_actix],
+        ));
+    }
+    // The order of every earlier round.
+    targets.sort_by_key(|(label, _)| ORDER.iter().position(|o| o == label));
     // Each level of concurrency in interleaved rounds, so drift on a shared
     // machine hits every server alike; each server's median round is
     // reported. At 32 connections a server that waits on Redis round trips
     // is partly idle; at 128 every server here is saturated.
-    const ROUNDS: u32 = 5;
+    let rounds = if memory_only { MEMORY_ROUNDS } else { ROUNDS };
     const LEVELS: [usize; 2] = [32, 128];
     let mut results: Vec<Vec<Vec<(f64, Duration)>>> =
         vec![vec![Vec::new(); targets.len()]; LEVELS.len()];
     for (&concurrency, level) in LEVELS.iter().zip(results.iter_mut()) {
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             for ((_, addr), result) in targets.iter().zip(level.iter_mut()) {
                 result.push(load(*addr, concurrency, scale.http_for / ROUNDS).await?);
             }
         }
     }
+    let index = |label: &str| targets.iter().position(|(l, _)| *l == label);
     // Each comparison is the median over rounds of the two servers' ratio
-    // in the same round: drift between rounds cancels out.
+    // in the same round: drift between rounds cancels out. The spread of
+    // those ratios (their lower and upper quartiles) comes with it.
     let paired = |level: &[Vec<(f64, Duration)>], a: usize, b: usize| {
         let mut ratios: Vec<f64> = level[a]
             .iter()
@@ -99,33 +106,11 @@ pub(super) async fn http(scale: &Scale) -> Result<(), Error> {
             .map(|(x, y)| x.0 / y.0)
             .collect();
         ratios.sort_by(f64::total_cmp);
-        ratios[ratios.len() / 2]
+        let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q).round() as usize];
+        (at(0.5), at(0.25), at(0.75))
     };
-    let comparisons = [
-        (
-            "fields on every response: ours (memory) / tower_governor with headers",
-            1,
-            3,
-        ),
-        (
-            "no fields on allowed responses: ours (memory) / tower_governor",
-            7,
-            2,
-        ),
-        ("ours (memory, default) / tower_governor (default)", 1, 2),
-        ("ours (memory) / no layer", 1, 0),
-        ("ours (redis) / no layer", 4, 0),
-        ("actix: ours (redis, default) / actix-limitation", 5, 6),
-        (
-            "actix, no fields on allowed responses (actix-limitation sends none): ours (redis) / actix-limitation",
-            9,
-            6,
-        ),
-        ("actix: ours (redis) / no layer", 5, 8),
-        ("actix: actix-limitation / no layer", 6, 8),
-    ];
     println!(
-        "\nKeep-alive connections over loopback; at each level, {ROUNDS} interleaved rounds of {:?} per server, median round\n",
+        "\nKeep-alive connections over loopback; at each level, {rounds} interleaved rounds of {:?} per server, median round\n",
         scale.http_for / ROUNDS
     );
     let header: String = LEVELS
@@ -147,17 +132,89 @@ pub(super) async fn http(scale: &Scale) -> Result<(), Error> {
         println!("| {label} |{cells}");
     }
     let header: String = LEVELS.iter().map(|c| format!(" {c} conns |")).collect();
-    println!("\n| comparison of requests/s (median of the ratios within a round) |{header}");
+    println!(
+        "\n| comparison of requests/s: median of the ratios within a round (quartiles) |{header}"
+    );
     println!("|---|{}", "---:|".repeat(LEVELS.len()));
-    for (label, a, b) in comparisons {
+    for (label, a, b) in COMPARISONS {
+        let (Some(a), Some(b)) = (index(a), index(b)) else {
+            continue;
+        };
         let cells: String = results
             .iter()
-            .map(|level| format!(" {:.2}x |", paired(level, a, b)))
+            .map(|level| {
+                let (median, low, high) = paired(level, a, b);
+                format!(" {median:.2}x ({low:.2} to {high:.2}) |")
+            })
             .collect();
         println!("| {label} |{cells}");
     }
     Ok(())
 }
+
+/// Interleaved rounds at each level of concurrency, of `http_for / ROUNDS`
+/// each.
+const ROUNDS: u32 = 5;
+/// Rounds of `--only 4h`, which runs fewer servers.
+const MEMORY_ROUNDS: u32 = 25;
+
+const BARE: &str = "axum, no layer";
+const OURS_MEMORY: &str = "axum + ours (memory)";
+const GOVERNOR: &str = "axum + tower_governor";
+const GOVERNOR_HEADERS: &str = "axum + tower_governor with headers";
+const OURS_QUIET: &str = "axum + ours (memory), fields on refusals only";
+const OURS_REDIS: &str = "axum + ours (redis)";
+const OURS_ACTIX: &str = "actix + ours (redis)";
+const LIMITATION: &str = "actix + actix-limitation (redis)";
+const BARE_ACTIX: &str = "actix, no layer";
+const OURS_ACTIX_QUIET: &str = "actix + ours (redis), fields on refusals only";
+
+/// The order in which each round visits the servers.
+const ORDER: [&str; 10] = [
+    BARE,
+    OURS_MEMORY,
+    GOVERNOR,
+    GOVERNOR_HEADERS,
+    OURS_REDIS,
+    OURS_ACTIX,
+    LIMITATION,
+    OURS_QUIET,
+    BARE_ACTIX,
+    OURS_ACTIX_QUIET,
+];
+
+/// The ratios reported: a label, and the two servers compared.
+const COMPARISONS: [(&str, &str, &str); 9] = [
+    (
+        "fields on every response: ours (memory) / tower_governor with headers",
+        OURS_MEMORY,
+        GOVERNOR_HEADERS,
+    ),
+    (
+        "no fields on allowed responses: ours (memory) / tower_governor",
+        OURS_QUIET,
+        GOVERNOR,
+    ),
+    (
+        "ours (memory, default) / tower_governor (default)",
+        OURS_MEMORY,
+        GOVERNOR,
+    ),
+    ("ours (memory) / no layer", OURS_MEMORY, BARE),
+    ("ours (redis) / no layer", OURS_REDIS, BARE),
+    (
+        "actix: ours (redis, default) / actix-limitation",
+        OURS_ACTIX,
+        LIMITATION,
+    ),
+    (
+        "actix, no fields on allowed responses (actix-limitation sends none): ours (redis) / actix-limitation",
+        OURS_ACTIX_QUIET,
+        LIMITATION,
+    ),
+    ("actix: ours (redis) / no layer", OURS_ACTIX, BARE_ACTIX),
+    ("actix: actix-limitation / no layer", LIMITATION, BARE_ACTIX),
+];
 
 enum ActixVariant {
     Bare,

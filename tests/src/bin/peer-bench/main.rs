@@ -5,6 +5,10 @@
 //! cargo run --release -p lock-tests --features peers --bin peer-bench [-- --quick]
 //! ```
 //!
+//! `-- --only 3,4` runs only the sections named; `4a`, `4i`, `4c` and `4t`
+//! name one table of section 4, and `4h` the HTTP table's servers without
+//! Redis, in 25 rounds instead of 5.
+//!
 //! 1. decision throughput vs `redis-benchmark` on the same call;
 //! 2. lock latency: uncontended acquire+release vs two round trips
 //!    (`redis-benchmark -c 1`), and handoff (release -> next holder) for our
@@ -161,7 +165,9 @@ async fn main() -> Result<(), Error> {
         threads::two_threads(&scale)?;
     }
     if run("4") {
-        http::http(&scale).await?;
+        http::http(&scale, false).await?;
+    } else if run("4h") {
+        http::http(&scale, true).await?;
     }
     if run("5") {
         println!("\n## 5. Memory\n");
