@@ -101,7 +101,10 @@ struct Scale {
     iterations: usize,
     handoffs: usize,
     http_for: Duration,
+    /// Distinct keys per stream of section 5.
     keys: usize,
+    /// Streams of `keys` in section 5.
+    streams: usize,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -113,6 +116,7 @@ async fn main() -> Result<(), Error> {
             handoffs: 100,
             http_for: Duration::from_secs(3),
             keys: 1_000_000,
+            streams: 3,
         }
     } else {
         Scale {
@@ -120,6 +124,7 @@ async fn main() -> Result<(), Error> {
             handoffs: 300,
             http_for: Duration::from_secs(7),
             keys: 1_000_000,
+            streams: 5,
         }
     };
     if std::env::args().any(|a| a == "--memory-probe") {
