@@ -580,6 +580,51 @@ async fn redlock_refuses_what_it_cannot_do() {
     assert!(Redlock::new(Vec::<RedisBackend>::new()).is_err());
 }
 
+/// A Redlock holder that never releases (a crashed process): its waiter
+/// takes the lock once the holder's lease runs out, not a retry delay
+/// later. The attempts it makes while waiting learn the holder's lease
+/// (`PTTL`); a first attempt, and `try_lock`, send the `SET` alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waiter_takes_the_lock_when_the_holders_lease_runs_out() {
+    let servers = RedisServer::start_many(5);
+    let holder = Lock::with_options(
+        sturdy_redlock(&servers).await,
+        "lapsed",
+        LockOptions::new().lease(Duration::from_millis(500)),
+    )
+    .expect("valid");
+    // Without the holder's lease, the waiter would retry 10 to 30 s later.
+    let waiter = Lock::with_options(
+        sturdy_redlock(&servers)
+            .await
+            .retry_delay(Duration::from_secs(20)),
+        "lapsed",
+        LockOptions::new().lease(Duration::from_secs(10)),
+    )
+    .expect("valid");
+    // Held, and never released: its lease is not renewed either.
+    let held = holder.try_lock().await.expect("backend").expect("free");
+    assert!(
+        waiter.try_lock().await.expect("backend").is_none(),
+        "try_lock got a held lock"
+    );
+    let started = Instant::now();
+    let guard = waiter
+        .lock(Duration::from_secs(10))
+        .await
+        .expect("backend")
+        .expect("the holder's lease ran out within the wait");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the waiter took {took:?} to get a lock whose lease ran out"
+    );
+    // The holder's late release finds the waiter's token, and keeps off it.
+    assert!(!held.release().await.expect("backend"));
+    assert!(guard.release().await.expect("backend"));
+    assert_no_key_left(&servers);
+}
+
 /// A Redlock waiter is woken by the release message of the servers, not by
 /// its retry delay, even with one server paused (its subscriber cannot be
 /// reached, so the others must do). Holder and waiter are separate clients,

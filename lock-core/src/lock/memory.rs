@@ -386,6 +386,7 @@ mod tests {
                 owner: None,
                 lease: Duration::from_millis(1),
                 fencing: false,
+                waits: false,
             });
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -398,6 +399,7 @@ mod tests {
                 owner: None,
                 lease: Duration::from_secs(10),
                 fencing: false,
+                waits: false,
             });
         }
         let stored = table.slots.lock().unwrap().len();

@@ -137,6 +137,12 @@ pub struct AcquireRequest<'a> {
     pub lease: Duration,
     /// Whether to issue a fencing token.
     pub fencing: bool,
+    /// Whether the caller waits for a release after a busy answer, and so
+    /// uses its [`Attempt::Busy::retry_in`]. A backend may leave out
+    /// finding the holder's lease when it does not (an attempt of
+    /// [`Lock::try_lock`], or the first of [`Lock::lock`], which
+    /// subscribes to releases before it waits).
+    pub waits: bool,
 }
 
 /// A store that can hold locks. Implemented by
@@ -413,6 +419,9 @@ impl<B: LockBackend> Lock<B> {
                 owner,
                 lease,
                 fencing: self.options.fencing && self.kind.fences(),
+                // Only an attempt made with a waiter armed waits after a
+                // busy answer (see the `Busy` arm below).
+                waits: waiter.is_some(),
             };
             // A majority that did not answer in time may answer the next
             // attempt: Redlock retries it like a busy lock (the attempt has

@@ -264,12 +264,13 @@ impl LockBackend for Redlock {
         }
         let started = Instant::now();
         let (name, token, lease) = (request.name, request.token, request.lease);
+        let waits = request.waits;
         let quorum = self.quorum();
         let results = self
             .on_all_until(
                 |server| {
                     let (name, token) = (name.clone(), token.to_owned());
-                    async move { server.set_nx_px(&name, &token, lease).await }
+                    async move { server.set_nx_px(&name, &token, lease, waits).await }
                 },
                 // Settled once a majority granted it, or a majority refused.
                 |results| {
