@@ -142,7 +142,8 @@ pub(super) async fn redlock(scale: &Scale) -> Result<(), Error> {
             percentile(&mut acquires[0], q),
             percentile(&mut raw_quorum, q),
         );
-        let reference = "redis-rs alone, the same pipeline to the 5 at once, until the 3rd answer";
+        let reference =
+            "redis-rs alone, the same `SET NX PX` to the 5 at once, until the 3rd answer";
         ratio_row(&format!("acquire, {label}"), o, reference, quorum);
     }
     // The loop above runs in the main future, on the thread that blocks on
