@@ -100,7 +100,7 @@ where
     /// counts when every acquire goes to several servers. When the caller
     /// `waits` after a busy answer, the holder's `PTTL` is pipelined with it
     /// (one round trip) for the retry hint; otherwise the `SET` goes alone,
-    /// which on loopback took about 5% off a Redlock acquire over five
+    /// which on loopback took a few percent off a Redlock acquire over five
     /// servers.
     pub(crate) async fn set_nx_px(
         &self,

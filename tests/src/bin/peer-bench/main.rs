@@ -35,6 +35,7 @@ mod redlock;
 mod threads;
 
 use std::process::Command;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use lock_tests::bench::{Error, throughput_table};
@@ -50,7 +51,6 @@ static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn count_allocation() {
-    use std::sync::atomic::Ordering::Relaxed;
     if COUNTING.load(Relaxed) {
         ALLOCATIONS.fetch_add(1, Relaxed);
     }
@@ -62,14 +62,12 @@ struct Allocations(u64);
 
 impl Allocations {
     fn start() -> Self {
-        use std::sync::atomic::Ordering::Relaxed;
         COUNTING.store(true, Relaxed);
         Allocations(ALLOCATIONS.load(Relaxed))
     }
 
     /// The allocations since [`start`](Self::start).
     fn stop(self) -> u64 {
-        use std::sync::atomic::Ordering::Relaxed;
         COUNTING.store(false, Relaxed);
         ALLOCATIONS.load(Relaxed) - self.0
     }
