@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use arrayvec::ArrayVec;
+use compact_str::CompactString;
 use hashbrown::HashTable;
 use quanta::{Clock, Instant};
 
@@ -22,8 +23,11 @@ use crate::error::Result;
 use crate::key::Name;
 
 /// A quota's state is keyed by the limiter's scope, the caller's key and the
-/// quota's suffix. Only a new key allocates (its text); lookups compare a
-/// borrowed [`Probe`], once per quota and decision.
+/// quota's suffix. The caller's key is kept inline up to 24 bytes (an IPv4
+/// address, an IPv6 /64 prefix), so a new caller's entry allocates nothing
+/// of its own and a burst of distinct keys leaves no small allocations
+/// scattered over the heap; lookups compare a borrowed [`Probe`], once per
+/// quota and decision.
 ///
 /// Entries are hashed by the caller's key alone ([`RateTable::hash`]): the
 /// quotas of one policy, and the limiters sharing a backend, then share one
@@ -31,7 +35,7 @@ use crate::key::Name;
 /// few (one per quota of each limiter), and the probe tells them apart.
 struct Key {
     scope: Name,
-    key: Box<str>,
+    key: CompactString,
     suffix: Arc<str>,
 }
 
@@ -49,7 +53,7 @@ impl Probe<'_> {
         fn same(a: &str, b: &str) -> bool {
             std::ptr::eq(a, b) || a == b
         }
-        self.key == &*stored.key
+        self.key == stored.key.as_str()
             && same(self.scope, stored.scope.as_str())
             && same(self.suffix, &stored.suffix)
     }
@@ -283,7 +287,7 @@ impl RateTable {
         }
         let stored = Key {
             scope: key.scope().clone(),
-            key: key.key().into(),
+            key: CompactString::new(key.key()),
             suffix: suffix.clone(),
         };
         let rehash = |(stored, _): &(Key, Entry)| self.hash(&stored.key);
