@@ -1,6 +1,7 @@
 //! Rate limiting in memory: the same algorithms and decisions as the Redis
 //! scripts, on a monotonic clock. Idle keys expire; the number of live keys is
-//! capped, so memory stays flat under a stream of distinct keys.
+//! capped, so memory stays flat under a stream of distinct keys, and a
+//! shard's table shrinks once its keys have expired and been swept.
 //!
 //! The table is split into shards, each behind its own lock, chosen by the
 //! hash of the caller's key: decisions for different callers rarely wait
@@ -130,9 +131,12 @@ impl Default for RateTable {
 
 impl RateTable {
     pub(crate) fn new(max_keys: usize) -> Self {
+        Self::with_clock(max_keys, Clock::new())
+    }
+
+    fn with_clock(max_keys: usize, clock: Clock) -> Self {
         let max_keys = max_keys.max(1);
         let shards = shard_count(max_keys);
-        let clock = Clock::new();
         RateTable {
             shards: (0..shards).map(|_| Shard::default()).collect(),
             hasher: ahash::RandomState::new(),
@@ -160,6 +164,18 @@ impl RateTable {
             .map(|shard| {
                 let map = shard.map.lock().unwrap_or_else(PoisonError::into_inner);
                 map.entries.len()
+            })
+            .sum()
+    }
+
+    /// Bytes the shards' tables hold (for tests of shrinking).
+    #[cfg(test)]
+    fn allocation_size(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let map = shard.map.lock().unwrap_or_else(PoisonError::into_inner);
+                map.entries.allocation_size()
             })
             .sum()
     }
@@ -193,6 +209,7 @@ impl RateTable {
         map.ops += 1;
         if map.ops.is_multiple_of(self.sweep_every) {
             map.entries.retain(|(_, e)| e.expires_us > now);
+            self.shrink(&mut map.entries);
         }
         map
     }
@@ -270,6 +287,17 @@ impl RateTable {
             }
         }
         raw
+    }
+
+    /// Gives back a shard's room once a sweep left it mostly empty: after a
+    /// burst of distinct keys, the memory their entries took. The table
+    /// shrinks only when its live entries would fit in a quarter of it, and
+    /// keeps room for four times as many, so that it does not shrink and
+    /// grow back in turn. A table that needs no shrinking costs a compare.
+    fn shrink(&self, entries: &mut Entries) {
+        entries.shrink_to(entries.len().saturating_mul(4), |(stored, _)| {
+            self.hash(&stored.key)
+        });
     }
 
     /// Stores a new entry, evicting first if its shard is full.
@@ -393,6 +421,29 @@ mod tests {
             live <= 2 * SWEEP_EVERY + table.shards.len() as u64,
             "{live} live keys in {} shards",
             table.shards.len()
+        );
+    }
+
+    /// After a burst of distinct keys has expired and been swept, the
+    /// shards' tables give most of their room back.
+    #[test]
+    fn swept_tables_shrink() {
+        let (clock, time) = Clock::mock();
+        let table = RateTable::with_clock(1_000_000, clock);
+        // Ten per 100 ms: an entry expires 10 ms after its last hit.
+        let quota = Quota::new(NonZeroU32::new(10).unwrap(), Duration::from_millis(100)).unwrap();
+        let policy = Policy::new(Algorithm::Gcra).quota(quota);
+        hit_distinct(&table, &policy, "burst", 100_000, |_| {});
+        let peak = table.allocation_size();
+        let entry = std::mem::size_of::<(Key, Entry)>();
+        assert!(peak >= 100_000 * entry, "{peak} bytes for 100,000 entries");
+        time.increment(Duration::from_millis(20));
+        hit_distinct(&table, &policy, "fresh", 2 * SWEEP_EVERY, |_| {});
+        let after = table.allocation_size();
+        assert!(
+            after <= peak / 4,
+            "{after} bytes after the sweep, {peak} at the peak, {} live entries",
+            table.len()
         );
     }
 
