@@ -1,12 +1,23 @@
 //! The in-memory backend: the embedded default. Everything works with no
 //! Redis, for a single process.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use crate::counter::memory::CounterTable;
 use crate::lock::memory::LockTable;
 pub use crate::rate::memory::DEFAULT_MAX_KEYS;
 use crate::rate::memory::RateTable;
+
+/// Gives back most of a map's room once a sweep has left it mostly empty
+/// (a hash map never shrinks by itself): after a burst of distinct names,
+/// the memory their entries took. Room for four times the live entries is
+/// kept, so that a map does not shrink and grow back in turn; a map that
+/// needs no shrinking costs a compare.
+pub(crate) fn shrink_swept<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
+    map.shrink_to(map.len().saturating_mul(4));
+}
 
 #[derive(Default)]
 pub(crate) struct MemoryInner {
@@ -36,6 +47,8 @@ impl MemoryBackend {
     /// A backend that keeps at most `max_keys` live rate-limit keys (default
     /// [`DEFAULT_MAX_KEYS`]). Past the cap, expired keys are dropped first, then
     /// arbitrary live ones (their limits start afresh), so memory stays flat.
+    /// Once idle keys have expired and been swept, the tables shrink again:
+    /// a burst of distinct keys does not keep its memory.
     ///
     /// Rate-limit state is split into shards with a lock each (more on
     /// machines with more threads; one below 2,048 keys), so that callers

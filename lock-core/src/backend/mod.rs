@@ -8,6 +8,7 @@ pub(crate) mod notify;
 mod pubsub;
 mod redis;
 
+pub(crate) use self::memory::shrink_swept;
 pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend};
 pub(crate) use self::pubsub::Subscription;
 pub use self::redis::{RedisBackend, RedisConfig};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{CounterBackend, Purchase, Reservation, Settle};
-use crate::backend::MemoryBackend;
+use crate::backend::{MemoryBackend, shrink_swept};
 use crate::error::Result;
 use crate::key::Name;
 
@@ -29,6 +29,7 @@ impl Item {
             live
         });
         self.stock += back;
+        shrink_swept(&mut self.holds);
     }
 }
 
@@ -61,6 +62,8 @@ impl CounterTable {
         if state.calls.is_multiple_of(SWEEP_EVERY) {
             state.operations.retain(|_, (_, until)| *until > now);
             state.confirmed.retain(|_, until| *until > now);
+            shrink_swept(&mut state.operations);
+            shrink_swept(&mut state.confirmed);
         }
         if let Some(it) = state.items.get_mut(item) {
             it.reclaim(now);
@@ -216,5 +219,75 @@ impl CounterBackend for MemoryBackend {
             .inner
             .counters
             .with(item, |s, _| s.items.remove(item).is_some()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Remembered operation ids are swept once expired, and the map gives
+    /// back the room they took.
+    #[tokio::test(start_paused = true)]
+    async fn expired_operations_are_swept() {
+        let backend = MemoryBackend::new();
+        let item = Name::new("item").unwrap();
+        backend.set(&item, u64::MAX).await.unwrap();
+        let remember = Duration::from_millis(1);
+        let room = || {
+            let state = backend.inner.counters.state.lock().unwrap();
+            (state.operations.len(), state.operations.capacity())
+        };
+        // The most room the map had (before the first sweep it holds every
+        // operation so far, expired or not).
+        let mut peak = 0;
+        for i in 0..(2 * SWEEP_EVERY) {
+            let op = Name::new(format!("op{i}")).unwrap();
+            backend
+                .decrement(&item, 1, Some((&op, remember)))
+                .await
+                .unwrap();
+            peak = peak.max(room().1);
+        }
+        tokio::time::advance(Duration::from_millis(5)).await;
+        for _ in 0..SWEEP_EVERY {
+            backend.get(&item).await.unwrap();
+        }
+        let (stored, room) = room();
+        assert_eq!(stored, 0);
+        assert!(
+            peak >= SWEEP_EVERY as usize && room == 0,
+            "room for {room} entries, {peak} before the sweep"
+        );
+    }
+
+    /// Expired holds flow back to the stock, and the item's map of holds
+    /// gives back the room they took.
+    #[tokio::test(start_paused = true)]
+    async fn expired_holds_give_their_room_back() {
+        let backend = MemoryBackend::new();
+        let item = Name::new("item").unwrap();
+        backend.set(&item, 10_000).await.unwrap();
+        for i in 0..2000 {
+            let order = Name::new(format!("order{i}")).unwrap();
+            backend
+                .reserve(&item, 1, &order, Duration::from_millis(1))
+                .await
+                .unwrap();
+        }
+        let holds = || {
+            let state = backend.inner.counters.state.lock().unwrap();
+            let it = &state.items[&item];
+            (it.holds.len(), it.holds.capacity())
+        };
+        let peak = holds().1;
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert_eq!(backend.get(&item).await.unwrap(), Some(10_000));
+        let (held, room) = holds();
+        assert_eq!(held, 0);
+        assert!(
+            peak >= 1000 && room == 0,
+            "room for {room} holds, {peak} before they expired"
+        );
     }
 }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::MemoryBackend;
 use crate::backend::notify::{WaitHandle, Waiters};
+use crate::backend::shrink_swept;
 use crate::error::Result;
 use crate::key::Name;
 
@@ -106,6 +107,7 @@ impl LockTable {
             let now = Instant::now();
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
             slots.retain(|_, s| s.prune(now));
+            shrink_swept(&mut slots);
         }
     }
 
@@ -374,7 +376,8 @@ impl ReleaseWaiter for MemoryWaiter {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    // On a paused clock: nothing expires before the sleep.
+    #[tokio::test(start_paused = true)]
     async fn expired_locks_are_swept() {
         let table = LockTable::default();
         for i in 0..(2 * SWEEP_EVERY) {
@@ -389,6 +392,7 @@ mod tests {
                 waits: false,
             });
         }
+        let peak = table.slots.lock().unwrap().capacity();
         tokio::time::sleep(Duration::from_millis(5)).await;
         let name = Name::new("last").unwrap();
         for _ in 0..SWEEP_EVERY {
@@ -402,8 +406,16 @@ mod tests {
                 waits: false,
             });
         }
-        let stored = table.slots.lock().unwrap().len();
+        let (stored, room) = {
+            let slots = table.slots.lock().unwrap();
+            (slots.len(), slots.capacity())
+        };
         assert!(stored <= 2, "held {stored} entries");
+        // The sweep gave back the room the expired locks took.
+        assert!(
+            peak >= SWEEP_EVERY as usize && room <= 16,
+            "room for {room} entries, {peak} before the sweep"
+        );
         assert_eq!(table.len(), 1);
     }
 }
