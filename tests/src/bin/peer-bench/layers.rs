@@ -48,7 +48,10 @@ const V6: &str = "-v6";
 async fn per_request(app: Router, peer: &str, n: usize) -> Result<(f64, f64), Error> {
     use tower::{Service, ServiceExt};
     let peer: SocketAddr = peer.parse()?;
-    let mut app = app.into_service::<axum::body::Body>();
+    // `with_state` turns every route into a service once, as `axum::serve`
+    // does (`into_make_service`); without it axum rebuilds each route, and
+    // applies its layers again, on every request.
+    let mut app = app.with_state(()).into_service::<axum::body::Body>();
     let request = || {
         let mut request = http::Request::new(axum::body::Body::empty());
         request
