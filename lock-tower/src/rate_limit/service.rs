@@ -124,6 +124,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// Decides `request` at once if it has no key or the backend decides
     /// without waiting; otherwise hands back the owned key to ask with.
     /// Only that second case copies the key out of the request.
+    #[inline(always)]
     fn start(&self, request: RequestParts<'_>) -> Start {
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
         self.key.with_key(request, |key| match key {
