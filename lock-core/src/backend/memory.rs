@@ -14,7 +14,7 @@ use crate::rate::memory::RateTable;
 /// (a hash map never shrinks by itself): after a burst of distinct names,
 /// the memory their entries took. Room for four times the live entries is
 /// kept, so that a map does not shrink and grow back in turn; a map that
-/// needs no shrinking costs a compare.
+/// needs no shrinking costs a few instructions.
 pub(crate) fn shrink_swept<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
     map.shrink_to(map.len().saturating_mul(4));
 }

@@ -293,7 +293,8 @@ impl RateTable {
     /// burst of distinct keys, the memory their entries took. The table
     /// shrinks only when its live entries would fit in a quarter of it, and
     /// keeps room for four times as many, so that it does not shrink and
-    /// grow back in turn. A table that needs no shrinking costs a compare.
+    /// grow back in turn. A table that needs no shrinking costs a few
+    /// instructions.
     fn shrink(&self, entries: &mut Entries) {
         entries.shrink_to(entries.len().saturating_mul(4), |(stored, _)| {
             self.hash(&stored.key)
