@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
+use super::shrink_swept;
+
 struct Entry {
     refs: usize,
     tx: watch::Sender<u64>,
@@ -80,6 +82,7 @@ impl Waiters {
             entry.refs -= 1;
             if entry.refs == 0 {
                 map.remove(key);
+                shrink_swept(&mut map);
             }
         }
     }
@@ -139,5 +142,24 @@ mod tests {
         assert!(waiters.is_registered("k"));
         drop(b);
         assert_eq!(waiters.len(), 0);
+    }
+
+    /// After a burst of waiters on distinct names, the registry gives back
+    /// the room their entries took.
+    #[test]
+    fn the_registry_shrinks_as_waiters_leave() {
+        let waiters = Waiters::default();
+        let handles: Vec<_> = (0..2000)
+            .map(|i| waiters.register(&format!("k{i}")))
+            .collect();
+        let room = || waiters.map.lock().unwrap().capacity();
+        let peak = room();
+        drop(handles);
+        assert_eq!(waiters.len(), 0);
+        assert!(
+            peak >= 2000 && room() <= 16,
+            "room for {} entries, {peak} with every waiter",
+            room()
+        );
     }
 }

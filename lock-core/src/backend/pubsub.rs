@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 
 use super::notify::{WaitHandle, Waiters};
+use super::shrink_swept;
 use crate::error::{Error, Result};
 
 #[derive(Default)]
@@ -157,6 +158,7 @@ impl Subscriber {
             .unwrap_or_else(PoisonError::into_inner);
         if Arc::strong_count(&state) == 2 && !self.inner.waiters.is_registered(&channel) {
             channels.remove(&channel);
+            shrink_swept(&mut channels);
         }
     }
 }
