@@ -1,7 +1,10 @@
 //! What the layers do when the backend fails or a request has no key, and the
 //! counters they keep.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
 
 use http::StatusCode;
 
@@ -39,48 +42,174 @@ impl Default for MissingKey {
 }
 
 /// Counters shared by a layer and all its services.
-#[derive(Debug, Default)]
+///
+/// Requests are counted as they are decided, on whichever threads serve
+/// them. Each thread adds to a slot of its own, on cache lines of its own,
+/// and a read sums the slots: worker threads counting at once then do not
+/// pass one cache line back and forth on every request. A read may miss
+/// counts still being added on other threads, as with any relaxed counter.
+///
+/// ```
+/// use lock_tower::Metrics;
+/// let metrics = Metrics::default();
+/// assert_eq!((metrics.allowed(), metrics.refused()), (0, 0));
+/// ```
 pub struct Metrics {
+    /// As many as the machine runs threads, times two, rounded up to a power
+    /// of two; threads take them in turn.
+    slots: Box<[CachePadded<Counts>]>,
+}
+
+#[derive(Default)]
+struct Counts {
     allowed: AtomicU64,
     refused: AtomicU64,
     backend_failures: AtomicU64,
     missing_keys: AtomicU64,
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        static SLOTS: OnceLock<usize> = OnceLock::new();
+        let slots = *SLOTS.get_or_init(|| {
+            let threads = std::thread::available_parallelism().map_or(1, usize::from);
+            (threads * 2).next_power_of_two().min(MAX_SLOTS)
+        });
+        Metrics {
+            slots: (0..slots).map(|_| CachePadded::default()).collect(),
+        }
+    }
+}
+
+/// The most slots a [`Metrics`] has (8 KiB of them).
+const MAX_SLOTS: usize = 64;
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("allowed", &self.allowed())
+            .field("refused", &self.refused())
+            .field("backend_failures", &self.backend_failures())
+            .field("missing_keys", &self.missing_keys())
+            .finish()
+    }
+}
+
 impl Metrics {
     /// Requests let through.
     pub fn allowed(&self) -> u64 {
-        self.allowed.load(Ordering::Relaxed)
+        self.sum(|c| &c.allowed)
     }
 
     /// Requests refused (limited, locked, or failed closed).
     pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.sum(|c| &c.refused)
     }
 
     /// Decisions the backend failed to make in time.
     pub fn backend_failures(&self) -> u64 {
-        self.backend_failures.load(Ordering::Relaxed)
+        self.sum(|c| &c.backend_failures)
     }
 
     /// Requests without a usable key.
     pub fn missing_keys(&self) -> u64 {
-        self.missing_keys.load(Ordering::Relaxed)
+        self.sum(|c| &c.missing_keys)
+    }
+
+    fn sum(&self, counter: impl Fn(&Counts) -> &AtomicU64) -> u64 {
+        self.slots
+            .iter()
+            .map(|slot| counter(slot).load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
+    /// This thread's slot.
+    fn mine(&self) -> &Counts {
+        &self.slots[thread_index() & (self.slots.len() - 1)]
     }
 
     pub(crate) fn count_allowed(&self) {
-        self.allowed.fetch_add(1, Ordering::Relaxed);
+        self.mine().allowed.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_refused(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.mine().refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_backend_failure(&self) {
-        self.backend_failures.fetch_add(1, Ordering::Relaxed);
+        self.mine().backend_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_missing_key(&self) {
-        self.missing_keys.fetch_add(1, Ordering::Relaxed);
+        self.mine().missing_keys.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A number of the calling thread's own, given out in turn as threads first
+/// ask: neighbouring threads (a runtime's workers, started together) get
+/// neighbouring numbers, so they land in different slots.
+fn thread_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|index| *index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_many_threads_add_up() {
+        let metrics = Metrics::default();
+        // More threads than slots, so that some share one.
+        let threads = metrics.slots.len() * 2 + 1;
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let metrics = &metrics;
+                scope.spawn(move || {
+                    for _ in 0..1000 {
+                        metrics.count_allowed();
+                        if t % 2 == 0 {
+                            metrics.count_refused();
+                        }
+                    }
+                    metrics.count_missing_key();
+                });
+            }
+        });
+        let threads = threads as u64;
+        assert_eq!(metrics.allowed(), threads * 1000);
+        assert_eq!(metrics.refused(), threads.div_ceil(2) * 1000);
+        assert_eq!(metrics.missing_keys(), threads);
+        assert_eq!(metrics.backend_failures(), 0);
+        assert_eq!(
+            format!("{metrics:?}"),
+            format!(
+                "Metrics {{ allowed: {}, refused: {}, backend_failures: 0, missing_keys: {threads} }}",
+                threads * 1000,
+                threads.div_ceil(2) * 1000
+            )
+        );
+    }
+
+    #[test]
+    fn a_thread_counts_in_one_slot() {
+        let metrics = Metrics::default();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for _ in 0..10 {
+                    metrics.count_backend_failure();
+                }
+            });
+        });
+        let counts: Vec<u64> = metrics
+            .slots
+            .iter()
+            .map(|slot| slot.backend_failures.load(Ordering::Relaxed))
+            .filter(|&n| n > 0)
+            .collect();
+        assert_eq!(counts, [10]);
     }
 }
