@@ -50,6 +50,13 @@ impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
 }
 
 /// What every service of one layer shares.
+///
+/// Aligned so that it starts two cache lines after the `Arc`'s reference
+/// counts (as `crossbeam`'s `CachePadded` aligns on x86-64): a router
+/// clones the service, and so bumps the counts, on every request, and the
+/// worker threads reading this state would otherwise lose the line to one
+/// another each time.
+#[repr(align(128))]
 pub(crate) struct Shared<B, K> {
     pub(super) limiter: RateLimiter<B>,
     /// The local limiter a `Fallback` policy decides with.
