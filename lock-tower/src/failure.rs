@@ -81,7 +81,7 @@ impl Default for Metrics {
     }
 }
 
-/// The most slots a [`Metrics`] has (8 KiB of them).
+/// The most slots a [`Metrics`] has (8 KiB of them on x86-64).
 const MAX_SLOTS: usize = 64;
 
 impl std::fmt::Debug for Metrics {
