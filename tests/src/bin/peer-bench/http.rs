@@ -16,7 +16,7 @@ use lock_tower::key::{GlobalKey, PeerIp};
 
 use crate::layers::{gcra_policy, huge, memory_layer, quiet_layer};
 use crate::load::load;
-use crate::{Scale, micros};
+use crate::{Scale, median_and_quartiles, micros};
 
 /// Section 4's servers under load. With `memory_only`, just the axum
 /// servers without Redis (`--only 4h`), in [`MEMORY_ROUNDS`] rounds rather
@@ -100,14 +100,13 @@ pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> 
     // in the same round: drift between rounds cancels out. The spread of
     // those ratios (their lower and upper quartiles) comes with it.
     let paired = |level: &[Vec<(f64, Duration)>], a: usize, b: usize| {
-        let mut ratios: Vec<f64> = level[a]
-            .iter()
-            .zip(&level[b])
-            .map(|(x, y)| x.0 / y.0)
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q).round() as usize];
-        (at(0.5), at(0.25), at(0.75))
+        median_and_quartiles(
+            level[a]
+                .iter()
+                .zip(&level[b])
+                .map(|(x, y)| x.0 / y.0)
+                .collect(),
+        )
     };
     println!(
         "\nKeep-alive connections over loopback; at each level, {rounds} interleaved rounds of {:?} per server, median round\n",

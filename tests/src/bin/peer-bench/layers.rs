@@ -14,7 +14,7 @@ use lock_tests::bench::Error;
 use lock_tower::RateLimitLayer;
 use lock_tower::key::PeerIp;
 
-use crate::{Allocations, Scale};
+use crate::{Allocations, Scale, median_and_quartiles};
 
 pub(super) fn huge() -> NonZeroU32 {
     NonZeroU32::new(1_000_000_000).unwrap_or(NonZeroU32::MAX)
@@ -122,18 +122,14 @@ pub(super) async fn layer_cost(scale: &Scale) -> Result<(), Error> {
         "\n| like for like | ratio of layer cost, fastest rounds | median of the ratios within a round (quartiles) |\n|---|---:|---:|"
     );
     for (label, ours, theirs) in LIKE_FOR_LIKE {
-        let mut ratios: Vec<f64> = rows
-            .iter()
-            .map(|r| (r[ours].0 - r[0].0) / (r[theirs].0 - r[0].0))
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q).round() as usize];
+        let (median, low, high) = median_and_quartiles(
+            rows.iter()
+                .map(|r| (r[ours].0 - r[0].0) / (r[theirs].0 - r[0].0))
+                .collect(),
+        );
         println!(
-            "| {label} | {:.2}x | {:.2}x ({:.2} to {:.2}) |",
+            "| {label} | {:.2}x | {median:.2}x ({low:.2} to {high:.2}) |",
             (fastest(ours) - bare) / (fastest(theirs) - bare),
-            at(0.5),
-            at(0.25),
-            at(0.75)
         );
     }
     println!();

@@ -198,6 +198,18 @@ fn percentile(samples: &mut [Duration], q: f64) -> Duration {
         .unwrap_or_default()
 }
 
+/// The median of `ratios` and their lower and upper quartiles.
+fn median_and_quartiles(mut ratios: Vec<f64>) -> (f64, f64, f64) {
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        ratios
+            .get(((ratios.len().max(1) - 1) as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    (at(0.5), at(0.25), at(0.75))
+}
+
 fn mean(samples: &[Duration]) -> Duration {
     samples.iter().sum::<Duration>() / u32::try_from(samples.len().max(1)).unwrap_or(u32::MAX)
 }
