@@ -15,7 +15,7 @@ use lock_tower::RateLimitLayer;
 use lock_tower::key::{GlobalKey, PeerIp};
 
 use crate::layers::{gcra_policy, huge, memory_layer, quiet_layer};
-use crate::load::load;
+use crate::load::{Round, load};
 use crate::{Scale, median_and_quartiles, micros};
 
 /// Section 4's servers under load. With `memory_only`, just the axum
@@ -25,13 +25,19 @@ pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> 
     let hello = || Router::new().route("/", get(|| async { "hello" }));
     let bare = TestServer::start(hello()).await;
     let ours_memory = TestServer::start(hello().layer(memory_layer()?)).await;
-    let governor = tower_governor::governor::GovernorConfigBuilder::default()
-        .per_nanosecond(1)
-        .burst_size(u32::MAX)
-        .finish()
-        .ok_or("governor config")?;
+    let governor = || {
+        tower_governor::governor::GovernorConfigBuilder::default()
+            .per_nanosecond(1)
+            .burst_size(u32::MAX)
+            .finish()
+            .ok_or("governor config")
+    };
     let theirs_memory =
-        TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor))).await;
+        TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor()?))).await;
+    // The same server again: how far two identical servers' requests/s
+    // differ here, measured as every comparison is.
+    let theirs_memory_again =
+        TestServer::start(hello().layer(tower_governor::GovernorLayer::new(governor()?))).await;
     let ours_quiet = TestServer::start(hello().layer(quiet_layer()?)).await;
     // The same with rate-limit headers on every response, as ours sends.
     let governor_headers = tower_governor::governor::GovernorConfigBuilder::default()
@@ -47,6 +53,7 @@ pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> 
         (BARE, bare.addr()),
         (OURS_MEMORY, ours_memory.addr()),
         (GOVERNOR, theirs_memory.addr()),
+        (GOVERNOR_AGAIN, theirs_memory_again.addr()),
         (GOVERNOR_HEADERS, theirs_memory_headers.addr()),
         (OURS_QUIET, ours_quiet.addr()),
     ];
@@ -78,20 +85,20 @@ pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> 
             [ours_actix, ours_actix_quiet, theirs_actix, bare_actix],
         ));
     }
-    // The order of every earlier round.
     targets.sort_by_key(|(label, _)| ORDER.iter().position(|o| o == label));
     // Each level of concurrency in interleaved rounds, so drift on a shared
     // machine hits every server alike; each server's median round is
-    // reported. At 32 connections a server that waits on Redis round trips
-    // is partly idle; at 128 every server here is saturated.
+    // reported. Each round visits the servers in another order (see
+    // `visit_order`). At 32 connections a server that waits on Redis round
+    // trips is partly idle; at 128 every server here is saturated.
     let rounds = if memory_only { MEMORY_ROUNDS } else { ROUNDS };
     const LEVELS: [usize; 2] = [32, 128];
-    let mut results: Vec<Vec<Vec<(f64, Duration)>>> =
-        vec![vec![Vec::new(); targets.len()]; LEVELS.len()];
+    let mut results: Vec<Vec<Vec<Round>>> = vec![vec![Vec::new(); targets.len()]; LEVELS.len()];
     for (&concurrency, level) in LEVELS.iter().zip(results.iter_mut()) {
-        for _ in 0..rounds {
-            for ((_, addr), result) in targets.iter().zip(level.iter_mut()) {
-                result.push(load(*addr, concurrency, scale.http_for / ROUNDS).await?);
+        for round in 0..rounds {
+            for i in visit_order(targets.len(), round) {
+                let result = load(targets[i].1, concurrency, scale.http_for / ROUNDS).await?;
+                level[i].push(result);
             }
         }
     }
@@ -99,12 +106,12 @@ pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> 
     // Each comparison is the median over rounds of the two servers' ratio
     // in the same round: drift between rounds cancels out. The spread of
     // those ratios (their lower and upper quartiles) comes with it.
-    let paired = |level: &[Vec<(f64, Duration)>], a: usize, b: usize| {
+    let paired = |level: &[Vec<Round>], a: usize, b: usize, of: Measure| {
         median_and_quartiles(
             level[a]
                 .iter()
                 .zip(&level[b])
-                .map(|(x, y)| x.0 / y.0)
+                .map(|(x, y)| of(x) / of(y))
                 .collect(),
         )
     };
@@ -114,41 +121,75 @@ pub(super) async fn http(scale: &Scale, memory_only: bool) -> Result<(), Error> 
     );
     let header: String = LEVELS
         .iter()
-        .map(|c| format!(" requests/s, {c} conns | p99, {c} conns |"))
+        .map(|c| {
+            format!(" requests/s, {c} conns | p99, {c} conns | server CPU/request, {c} conns |")
+        })
         .collect();
     println!("| server |{header}");
-    println!("|---|{}", "---:|".repeat(2 * LEVELS.len()));
+    println!("|---|{}", "---:|".repeat(3 * LEVELS.len()));
     for (i, (label, _)) in targets.iter().enumerate() {
         let cells: String = results
             .iter()
             .map(|level| {
+                // The median round by requests/s, and the median CPU time
+                // per request over the rounds.
                 let mut rounds = level[i].clone();
-                rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let (rps, p99) = rounds[rounds.len() / 2];
-                format!(" {rps:.0} | {} |", micros(p99))
+                rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+                let Round { rps, p99, .. } = rounds[rounds.len() / 2];
+                let mut cpu: Vec<f64> = rounds.iter().map(|r| r.server_cpu_ns).collect();
+                cpu.sort_by(f64::total_cmp);
+                let cpu = cpu[cpu.len() / 2] / 1000.0;
+                format!(" {rps:.0} | {} | {cpu:.2} us |", micros(p99))
             })
             .collect();
         println!("| {label} |{cells}");
     }
     let header: String = LEVELS.iter().map(|c| format!(" {c} conns |")).collect();
-    println!(
-        "\n| comparison of requests/s: median of the ratios within a round (quartiles) |{header}"
-    );
-    println!("|---|{}", "---:|".repeat(LEVELS.len()));
-    for (label, a, b) in COMPARISONS {
-        let (Some(a), Some(b)) = (index(a), index(b)) else {
-            continue;
-        };
-        let cells: String = results
-            .iter()
-            .map(|level| {
-                let (median, low, high) = paired(level, a, b);
-                format!(" {median:.2}x ({low:.2} to {high:.2}) |")
-            })
-            .collect();
-        println!("| {label} |{cells}");
+    let measures: [(&str, Measure); 2] = [
+        ("requests/s", |r| r.rps),
+        (
+            "the servers' CPU time per request (above 1: the first costs more)",
+            |r| r.server_cpu_ns,
+        ),
+    ];
+    for (measure, of) in measures {
+        println!(
+            "\n| comparison of {measure}: median of the ratios within a round (quartiles) |{header}"
+        );
+        println!("|---|{}", "---:|".repeat(LEVELS.len()));
+        for (label, a, b) in COMPARISONS {
+            let (Some(a), Some(b)) = (index(a), index(b)) else {
+                continue;
+            };
+            let cells: String = results
+                .iter()
+                .map(|level| {
+                    let (median, low, high) = paired(level, a, b, of);
+                    format!(" {median:.2}x ({low:.2} to {high:.2}) |")
+                })
+                .collect();
+            println!("| {label} |{cells}");
+        }
     }
     Ok(())
+}
+
+/// One figure of a [`Round`], compared between servers.
+type Measure = fn(&Round) -> f64;
+
+/// The order in which round `round` visits `n` servers: [`ORDER`] turned
+/// by one place every two rounds, and backwards in every other round. Over
+/// the rounds each server takes each place alike, and follows each of its
+/// neighbours as often as it precedes it, so neither the place in a round
+/// nor what ran just before (a busier server's closed connections, say)
+/// favours one server. Until round 16, every round ran in [`ORDER`].
+fn visit_order(n: usize, round: u32) -> impl Iterator<Item = usize> {
+    let turn = (round / 2) as usize;
+    let backwards = round % 2 == 1;
+    (0..n).map(move |place| {
+        let place = if backwards { n - 1 - place } else { place };
+        (place + turn) % n
+    })
 }
 
 /// Interleaved rounds at each level of concurrency, of `http_for / ROUNDS`
@@ -160,6 +201,7 @@ const MEMORY_ROUNDS: u32 = 25;
 const BARE: &str = "axum, no layer";
 const OURS_MEMORY: &str = "axum + ours (memory)";
 const GOVERNOR: &str = "axum + tower_governor";
+const GOVERNOR_AGAIN: &str = "axum + tower_governor, a second server";
 const GOVERNOR_HEADERS: &str = "axum + tower_governor with headers";
 const OURS_QUIET: &str = "axum + ours (memory), fields on refusals only";
 const OURS_REDIS: &str = "axum + ours (redis)";
@@ -168,11 +210,12 @@ const LIMITATION: &str = "actix + actix-limitation (redis)";
 const BARE_ACTIX: &str = "actix, no layer";
 const OURS_ACTIX_QUIET: &str = "actix + ours (redis), fields on refusals only";
 
-/// The order in which each round visits the servers.
-const ORDER: [&str; 10] = [
+/// The servers in the order of a round that [`visit_order`] leaves as is.
+const ORDER: [&str; 11] = [
     BARE,
     OURS_MEMORY,
     GOVERNOR,
+    GOVERNOR_AGAIN,
     GOVERNOR_HEADERS,
     OURS_REDIS,
     OURS_ACTIX,
@@ -183,7 +226,12 @@ const ORDER: [&str; 10] = [
 ];
 
 /// The ratios reported: a label, and the two servers compared.
-const COMPARISONS: [(&str, &str, &str); 9] = [
+const COMPARISONS: [(&str, &str, &str); 10] = [
+    (
+        "one server against the same again (how far identical servers differ): tower_governor / tower_governor",
+        GOVERNOR,
+        GOVERNOR_AGAIN,
+    ),
     (
         "fields on every response: ours (memory) / tower_governor with headers",
         OURS_MEMORY,
@@ -292,4 +340,37 @@ fn actix_server(
         });
     });
     Ok(rx.recv()??)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visit_order;
+
+    /// Over `2 * n` rounds, every round visits every server once, each
+    /// server takes each place twice, and each ordered pair of neighbours
+    /// occurs as often as the reverse pair.
+    #[test]
+    fn rounds_spread_places_and_neighbours() {
+        let n = 6;
+        let mut places = vec![vec![0; n]; n];
+        let mut follows = vec![vec![0i32; n]; n];
+        for round in 0..2 * n as u32 {
+            let order: Vec<usize> = visit_order(n, round).collect();
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "round {round}");
+            for (place, &server) in order.iter().enumerate() {
+                places[server][place] += 1;
+            }
+            for pair in order.windows(2) {
+                follows[pair[0]][pair[1]] += 1;
+                follows[pair[1]][pair[0]] -= 1;
+            }
+        }
+        assert!(
+            places.iter().flatten().all(|&count| count == 2),
+            "{places:?}"
+        );
+        assert!(follows.iter().flatten().all(|&net| net == 0), "{follows:?}");
+    }
 }

@@ -1,5 +1,6 @@
 //! The HTTP load generator of section 4.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -7,8 +8,22 @@ use lock_tests::bench::Error;
 
 use crate::percentile;
 
-/// Requests per second and p99 latency of `GET /` on `addr` from
-/// `concurrency` keep-alive connections over loopback for `run_for`.
+/// What one server did under one load.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Round {
+    /// Requests per second.
+    pub(super) rps: f64,
+    /// The 99th percentile latency.
+    pub(super) p99: Duration,
+    /// CPU time per request, in nanoseconds, of this process's threads
+    /// other than the load generator's: the servers' (and nothing else runs
+    /// meanwhile). A Redis server's own work is not in it.
+    pub(super) server_cpu_ns: f64,
+}
+
+/// Requests per second, p99 latency and the servers' CPU time per request
+/// of `GET /` on `addr` from `concurrency` keep-alive connections over
+/// loopback for `run_for`.
 ///
 /// The load generator is a minimal HTTP/1.1 client (one pre-built request,
 /// responses framed by `Content-Length`) on a runtime and threads of its
@@ -19,26 +34,67 @@ pub(super) async fn load(
     addr: SocketAddr,
     concurrency: usize,
     run_for: Duration,
-) -> Result<(f64, Duration), Error> {
+) -> Result<Round, Error> {
+    let before = server_threads_cpu()?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let result = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
-            .thread_name("loadgen")
+            .thread_name(LOAD_THREADS)
             .enable_all()
             .build()
             .map_err(Error::from)
             .and_then(|runtime| runtime.block_on(generate(addr, concurrency, run_for)));
         let _ = tx.send(result.map_err(|e| e.to_string()));
     });
-    Ok(rx.await??)
+    let (rps, p99, requests) = rx.await??;
+    let after = server_threads_cpu()?;
+    // Threads that lived through the whole load: the load generator's
+    // first thread, which is not named, has started and ended within it.
+    let cpu_ns: u64 = after
+        .iter()
+        .filter_map(|(tid, ns)| Some(ns - before.get(tid)?))
+        .sum();
+    Ok(Round {
+        rps,
+        p99,
+        server_cpu_ns: cpu_ns as f64 / requests.max(1) as f64,
+    })
 }
+
+/// The CPU time so far, in nanoseconds, of each thread of this process
+/// but the load generator's, from `/proc/self/task/<tid>/schedstat` (whose
+/// first field is the time on a CPU, in nanoseconds).
+fn server_threads_cpu() -> Result<HashMap<u32, u64>, Error> {
+    let mut cpu = HashMap::new();
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let task = task?;
+        let path = task.path();
+        // A thread may end between the listing and these reads.
+        let (Ok(name), Ok(stat)) = (
+            std::fs::read_to_string(path.join("comm")),
+            std::fs::read_to_string(path.join("schedstat")),
+        ) else {
+            continue;
+        };
+        if name.starts_with(LOAD_THREADS) {
+            continue;
+        }
+        let tid = task.file_name().to_string_lossy().parse()?;
+        let ns = stat.split_whitespace().next().ok_or("empty schedstat")?;
+        cpu.insert(tid, ns.parse()?);
+    }
+    Ok(cpu)
+}
+
+/// The name of the load generator's runtime threads.
+const LOAD_THREADS: &str = "loadgen";
 
 async fn generate(
     addr: SocketAddr,
     concurrency: usize,
     run_for: Duration,
-) -> Result<(f64, Duration), Error> {
+) -> Result<(f64, Duration, usize), Error> {
     let deadline = Instant::now() + run_for;
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -65,7 +121,7 @@ async fn generate(
         all.extend(task.await??);
     }
     let rps = all.len() as f64 / started.elapsed().as_secs_f64();
-    Ok((rps, percentile(&mut all, 0.99)))
+    Ok((rps, percentile(&mut all, 0.99), all.len()))
 }
 
 /// One keep-alive HTTP/1.1 connection of the load generator.
