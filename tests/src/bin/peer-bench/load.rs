@@ -51,9 +51,11 @@ pub(super) async fn load(
     let after = server_threads_cpu()?;
     // Threads that lived through the whole load: the load generator's
     // first thread, which is not named, has started and ended within it.
+    // (A thread id reused within the load would read less than before; it
+    // counts as nothing rather than wrapping around.)
     let cpu_ns: u64 = after
         .iter()
-        .filter_map(|(tid, ns)| Some(ns - before.get(tid)?))
+        .filter_map(|(tid, ns)| Some(ns.saturating_sub(*before.get(tid)?)))
         .sum();
     Ok(Round {
         rps,
