@@ -34,6 +34,7 @@ mod quota;
 mod redis;
 
 use std::future::Future;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,6 +134,23 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
         let _ = (key, policy, cost);
         None
     }
+
+    /// As [`check_now`](Self::check_now) for the key that is `ip`'s dotted
+    /// quad (`ip.to_string()`) under `scope`, for a backend that can hold
+    /// an address without writing it out (the in-memory backend); `None`
+    /// otherwise (the default). It must decide exactly as `check_now`
+    /// would for that key: the same state, the same decision. `scope` and
+    /// the key together fit in [`MAX_NAME_LEN`] bytes.
+    fn check_ipv4_now(
+        &self,
+        scope: &Name,
+        ip: Ipv4Addr,
+        policy: &Policy,
+        cost: u32,
+    ) -> Option<Result<Decision>> {
+        let _ = (scope, ip, policy, cost);
+        None
+    }
 }
 
 /// A rate limiter: a scope name (so several limiters can share a backend), a
@@ -192,6 +210,39 @@ impl<B: RateBackend> RateLimiter<B> {
         }
     }
 
+    /// Like [`check_cost_now`](Self::check_cost_now) for the key
+    /// `ip.to_string()`, the same caller, without writing the address out
+    /// when the backend can hold it as it is (in memory). Key extractors
+    /// that key by address use it.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    ///
+    /// let policy = Policy::new(Algorithm::Gcra)
+    ///     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+    /// let ip = Ipv4Addr::new(192, 0, 2, 7);
+    /// assert!(limiter.check_ipv4_cost_now(ip, 1).unwrap().unwrap().allowed);
+    /// // The address and its text are one caller.
+    /// assert!(!limiter.check_cost_now("192.0.2.7", 1).unwrap().unwrap().allowed);
+    /// ```
+    pub fn check_ipv4_cost_now(&self, ip: Ipv4Addr, cost: u32) -> Option<Result<Decision>> {
+        // The longest dotted quad, `255.255.255.255`, and its colon.
+        const LONGEST: usize = 16;
+        if self.scope.as_str().len() + LONGEST > MAX_NAME_LEN {
+            // Whether the key fits depends on its text: write it out.
+            return self.check_cost_now(&ip.to_string(), cost);
+        }
+        if let Err(e) = self.policy.check_cost(cost) {
+            return Some(Err(e));
+        }
+        self.backend
+            .check_ipv4_now(&self.scope, ip, &self.policy, cost)
+    }
+
     /// Checks `cost` units for `key` (0 looks without consuming).
     ///
     /// # Errors
@@ -236,6 +287,49 @@ pub(crate) fn decision(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address is limited like its text key: under a scope long enough
+    /// for the longest dotted quads not to fit, those are refused as
+    /// names, and the shorter ones are decided.
+    #[test]
+    fn address_keys_are_limited_like_their_text() {
+        use crate::backend::MemoryBackend;
+        use std::num::NonZeroU32;
+        let policy =
+            Policy::new(Algorithm::Gcra).quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+        // `<scope>:1.2.3.4` is exactly MAX_NAME_LEN bytes.
+        let scope = "s".repeat(MAX_NAME_LEN - 8);
+        let limiter = RateLimiter::new(MemoryBackend::new(), &scope, policy).unwrap();
+        let short = Ipv4Addr::new(1, 2, 3, 4);
+        assert!(
+            limiter
+                .check_ipv4_cost_now(short, 1)
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !limiter
+                .check_cost_now("1.2.3.4", 1)
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        for long in [Ipv4Addr::new(1, 2, 3, 40), Ipv4Addr::BROADCAST] {
+            let text = limiter.check_cost_now(&long.to_string(), 1).unwrap();
+            let address = limiter.check_ipv4_cost_now(long, 1).unwrap();
+            assert!(matches!(text, Err(Error::InvalidName { .. })), "{text:?}");
+            assert!(
+                matches!(address, Err(Error::InvalidName { .. })),
+                "{address:?}"
+            );
+        }
+        // A cost no quota allows is refused before any key is looked at.
+        assert!(matches!(
+            limiter.check_ipv4_cost_now(short, 2),
+            Some(Err(Error::InvalidArgument { .. }))
+        ));
+    }
 
     #[test]
     fn rate_keys_are_limited_like_the_scoped_name() {

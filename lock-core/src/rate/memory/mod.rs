@@ -8,6 +8,7 @@
 //! for each other, and every quota of one caller is in one shard, so a
 //! policy of several quotas is still decided under one lock.
 
+use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use arrayvec::ArrayVec;
@@ -24,11 +25,11 @@ use crate::error::Result;
 use crate::key::Name;
 
 /// A quota's state is keyed by the limiter's scope, the caller's key and the
-/// quota's suffix. The caller's key is kept inline up to 24 bytes (an IPv4
-/// address, an IPv6 /64 prefix), so a new caller's entry allocates nothing
-/// of its own and a burst of distinct keys leaves no small allocations
-/// scattered over the heap; lookups compare a borrowed [`Probe`], once per
-/// quota and decision.
+/// quota's suffix. The caller's key is an IPv4 address ([`Caller`]) or text
+/// kept inline up to 24 bytes (an IPv6 /64 prefix), so a new caller's entry
+/// allocates nothing of its own and a burst of distinct keys leaves no
+/// small allocations scattered over the heap; lookups compare a borrowed
+/// [`Probe`], once per quota and decision.
 ///
 /// Entries are hashed by the caller's key alone ([`RateTable::hash`]): the
 /// quotas of one policy, and the limiters sharing a backend, then share one
@@ -36,25 +37,112 @@ use crate::key::Name;
 /// few (one per quota of each limiter), and the probe tells them apart.
 struct Key {
     scope: Name,
-    key: CompactString,
+    caller: Caller,
     suffix: Arc<str>,
+}
+
+/// A caller's key as stored. A key that is an IPv4 address's dotted quad is
+/// held as the address: the middleware can then decide for a peer address
+/// without writing it out, and the text key and the address reach the same
+/// entry (see [`CallerRef::of`]).
+enum Caller {
+    V4(u32),
+    Text(CompactString),
+}
+
+/// A caller's key as looked up: [`Caller`], borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallerRef<'a> {
+    V4(u32),
+    Text(&'a str),
+}
+
+impl<'a> CallerRef<'a> {
+    /// The caller whose key is the text `key`: an address when `key` is the
+    /// dotted quad an [`Ipv4Addr`] displays as, the text otherwise. Every
+    /// address displays as exactly one text, and that text alone parses
+    /// here, so a key and its address are one caller.
+    #[inline]
+    fn of(key: &'a str) -> Self {
+        // Most keys that are not addresses are told apart by their length.
+        let v4 = (7..=15)
+            .contains(&key.len())
+            .then(|| parse_dotted_quad(key.as_bytes()))
+            .flatten();
+        match v4 {
+            Some(v4) => CallerRef::V4(v4),
+            None => CallerRef::Text(key),
+        }
+    }
+
+    fn of_ipv4(ip: Ipv4Addr) -> Self {
+        CallerRef::V4(u32::from(ip))
+    }
+
+    fn to_owned(self) -> Caller {
+        match self {
+            CallerRef::V4(v4) => Caller::V4(v4),
+            CallerRef::Text(key) => Caller::Text(CompactString::new(key)),
+        }
+    }
+}
+
+impl Caller {
+    fn borrow(&self) -> CallerRef<'_> {
+        match self {
+            Caller::V4(v4) => CallerRef::V4(*v4),
+            Caller::Text(key) => CallerRef::Text(key),
+        }
+    }
+}
+
+/// The address `text` names if it is written as `Display` for [`Ipv4Addr`]
+/// writes one: four decimal octets of at most 255, without leading zeros,
+/// separated by dots. Anything else (leading zeros, a port, spaces) is not
+/// an address here, as it is not for `Ipv4Addr`'s `FromStr`.
+fn parse_dotted_quad(text: &[u8]) -> Option<u32> {
+    let (mut address, mut i) = (0u32, 0);
+    for octet in 0..4 {
+        if octet > 0 {
+            if text.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+        let start = i;
+        let mut value = 0u32;
+        while let Some(digit) = text.get(i).filter(|b| b.is_ascii_digit()) {
+            if i - start == 3 {
+                return None;
+            }
+            value = value * 10 + u32::from(digit - b'0');
+            i += 1;
+        }
+        let digits = i - start;
+        if digits == 0 || (digits > 1 && text[start] == b'0') || value > 255 {
+            return None;
+        }
+        address = address << 8 | value;
+    }
+    (i == text.len()).then_some(address)
 }
 
 #[derive(Clone, Copy)]
 struct Probe<'a> {
     scope: &'a str,
-    key: &'a str,
+    caller: CallerRef<'a>,
     suffix: &'a str,
 }
 
 impl Probe<'_> {
+    #[inline]
     fn matches(&self, stored: &Key) -> bool {
         // The scope and suffix usually are the very strings stored (the
         // limiter's own), so comparing addresses first skips most compares.
         fn same(a: &str, b: &str) -> bool {
             std::ptr::eq(a, b) || a == b
         }
-        self.key == stored.key.as_str()
+        self.caller == stored.caller.borrow()
             && same(self.scope, stored.scope.as_str())
             && same(self.suffix, &stored.suffix)
     }
@@ -147,9 +235,12 @@ impl RateTable {
         }
     }
 
-    /// The hash of every entry of the caller `key` (see [`Key`]).
-    fn hash(&self, key: &str) -> u64 {
-        self.hasher.hash_one(key)
+    /// The hash of every entry of `caller` (see [`Key`]).
+    fn hash(&self, caller: CallerRef<'_>) -> u64 {
+        match caller {
+            CallerRef::V4(v4) => self.hasher.hash_one(v4),
+            CallerRef::Text(key) => self.hasher.hash_one(key),
+        }
     }
 
     fn now_us(&self) -> u64 {
@@ -181,9 +272,24 @@ impl RateTable {
     }
 
     fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Decision {
+        self.check_caller(key.scope(), CallerRef::of(key.key()), policy, cost)
+    }
+
+    /// Decides for the caller whose key is `ip`'s dotted quad.
+    fn check_ipv4(&self, scope: &Name, ip: Ipv4Addr, policy: &Policy, cost: u32) -> Decision {
+        self.check_caller(scope, CallerRef::of_ipv4(ip), policy, cost)
+    }
+
+    fn check_caller(
+        &self,
+        scope: &Name,
+        caller: CallerRef<'_>,
+        policy: &Policy,
+        cost: u32,
+    ) -> Decision {
         let raw = match policy.suffixes() {
-            [suffix] => self.check_one(key, policy, suffix, cost),
-            suffixes => self.check_all(key, policy, suffixes, cost),
+            [suffix] => self.check_one(scope, caller, policy, suffix, cost),
+            suffixes => self.check_all(scope, caller, policy, suffixes, cost),
         };
         decision(
             policy,
@@ -216,13 +322,20 @@ impl RateTable {
 
     /// A policy of one quota (the common case): one lookup, and the entry
     /// found is written in place.
-    fn check_one(&self, key: RateKey<'_>, policy: &Policy, suffix: &Arc<str>, cost: u32) -> Raw {
+    fn check_one(
+        &self,
+        scope: &Name,
+        caller: CallerRef<'_>,
+        policy: &Policy,
+        suffix: &Arc<str>,
+        cost: u32,
+    ) -> Raw {
         let probe = Probe {
-            scope: key.scope().as_str(),
-            key: key.key(),
+            scope: scope.as_str(),
+            caller,
             suffix,
         };
-        let hash = self.hash(key.key());
+        let hash = self.hash(caller);
         let now = self.now_us();
         let mut map = self.lock(hash, now);
         let found = map
@@ -238,7 +351,7 @@ impl RateTable {
         if let Some(Some(entry)) = writes.pop() {
             match found {
                 Some((_, existing)) => *existing = entry,
-                None => self.insert(&mut map, key, suffix, hash, entry, now),
+                None => self.insert(&mut map, scope, caller, suffix, hash, entry, now),
             }
         }
         raw
@@ -248,18 +361,19 @@ impl RateTable {
     /// nothing from the others.
     fn check_all(
         &self,
-        key: RateKey<'_>,
+        scope: &Name,
+        caller: CallerRef<'_>,
         policy: &Policy,
         suffixes: &[Arc<str>],
         cost: u32,
     ) -> Raw {
         // The one hash is computed before the lock is taken.
-        let hash = self.hash(key.key());
+        let hash = self.hash(caller);
         let probes: PerQuota<Probe<'_>> = suffixes
             .iter()
             .map(|suffix| Probe {
-                scope: key.scope().as_str(),
-                key: key.key(),
+                scope: scope.as_str(),
+                caller,
                 suffix,
             })
             .collect();
@@ -283,7 +397,7 @@ impl RateTable {
                 .find_mut(hash, |(stored, _)| probe.matches(stored))
             {
                 Some((_, existing)) => *existing = entry,
-                None => self.insert(&mut map, key, suffix, hash, entry, now),
+                None => self.insert(&mut map, scope, caller, suffix, hash, entry, now),
             }
         }
         raw
@@ -297,15 +411,17 @@ impl RateTable {
     /// instructions.
     fn shrink(&self, entries: &mut Entries) {
         entries.shrink_to(entries.len().saturating_mul(4), |(stored, _)| {
-            self.hash(&stored.key)
+            self.hash(stored.caller.borrow())
         });
     }
 
     /// Stores a new entry, evicting first if its shard is full.
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         map: &mut Map,
-        key: RateKey<'_>,
+        scope: &Name,
+        caller: CallerRef<'_>,
         suffix: &Arc<str>,
         hash: u64,
         entry: Entry,
@@ -315,11 +431,11 @@ impl RateTable {
             evict(&mut map.entries, now, self.shard_cap);
         }
         let stored = Key {
-            scope: key.scope().clone(),
-            key: CompactString::new(key.key()),
+            scope: scope.clone(),
+            caller: caller.to_owned(),
             suffix: suffix.clone(),
         };
-        let rehash = |(stored, _): &(Key, Entry)| self.hash(&stored.key);
+        let rehash = |(stored, _): &(Key, Entry)| self.hash(stored.caller.borrow());
         map.entries.insert_unique(hash, (stored, entry), rehash);
     }
 }
@@ -349,6 +465,16 @@ impl RateBackend for MemoryBackend {
 
     fn check_now(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Option<Result<Decision>> {
         Some(Ok(self.inner.rates.check(key, policy, cost)))
+    }
+
+    fn check_ipv4_now(
+        &self,
+        scope: &Name,
+        ip: Ipv4Addr,
+        policy: &Policy,
+        cost: u32,
+    ) -> Option<Result<Decision>> {
+        Some(Ok(self.inner.rates.check_ipv4(scope, ip, policy, cost)))
     }
 }
 
@@ -380,6 +506,125 @@ mod tests {
             assert!(table.check(key, policy, 1).allowed);
             each(table);
         }
+    }
+
+    /// Exactly the texts `Ipv4Addr` parses are dotted quads here, with the
+    /// same address, and each is the text the address displays as: so a
+    /// text key and an address are one caller only when they name the same
+    /// address the same way.
+    #[test]
+    fn dotted_quads_are_the_texts_addresses_display_as() {
+        let agrees = |text: &str| {
+            let std = text.parse::<Ipv4Addr>().ok();
+            let expected = std.map_or(CallerRef::Text(text), CallerRef::of_ipv4);
+            assert_eq!(CallerRef::of(text), expected, "{text:?}");
+            if let Some(ip) = std {
+                assert_eq!(ip.to_string(), text);
+            }
+        };
+        let mut x: u32 = 0x9e37_79b9;
+        for i in 0..=255u8 {
+            for ip in [
+                [i, 0, 0, 0],
+                [0, i, 9, 10],
+                [99, 100, i, 255],
+                [255, 1, 10, i],
+            ] {
+                agrees(&Ipv4Addr::from(ip).to_string());
+            }
+            x = x.wrapping_mul(0x2c1b_3c6d).rotate_left(13) ^ u32::from(i);
+            agrees(&Ipv4Addr::from(x).to_string());
+        }
+        for text in [
+            "",
+            "1.2.3",
+            "1.2.3.4.",
+            ".1.2.3.4",
+            "1..2.3",
+            "01.2.3.4",
+            "1.2.3.04",
+            "00.0.0.0",
+            "1.2.3.256",
+            "1.2.3.1000",
+            "256.0.0.0",
+            "1.2.3.4:80",
+            " 1.2.3.4",
+            "1.2.3.4 ",
+            "+1.2.3.4",
+            "1.2.3.-4",
+            "1,2.3.4",
+            "0.0.0.0",
+            "255.255.255.255",
+            "1.2.3.4a",
+            "1111.2.3.4",
+            "127.000.0.1",
+            "0x7f.0.0.1",
+            "255.255.255.2555",
+        ] {
+            agrees(text);
+        }
+        // Random texts: three to five runs of one to four bytes (digits
+        // mostly, so many are near misses), joined by dots.
+        const ALPHABET: &[u8] = b"00123456789255:a";
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for _ in 0..200_000 {
+            let parts = 3 + next() % 3;
+            let text: Vec<String> = (0..parts)
+                .map(|_| {
+                    let len = 1 + next() % 4;
+                    (0..len)
+                        .map(|_| char::from(ALPHABET[next() as usize % ALPHABET.len()]))
+                        .collect()
+                })
+                .collect();
+            agrees(&text.join("."));
+        }
+    }
+
+    /// An address and its dotted quad are one caller, with one quota or
+    /// several; other texts of it are other callers.
+    #[test]
+    fn an_address_and_its_text_share_state() {
+        let table = RateTable::new(1000);
+        let scope = Name::new("scope").unwrap();
+        let once = |n| Quota::per_hour(NonZeroU32::new(n).unwrap());
+        let one = Policy::new(Algorithm::Gcra).quota(once(1));
+        let two = Policy::new(Algorithm::FixedWindow)
+            .quota(once(1))
+            .quota(once(5));
+        for (policy, ip) in [(&one, [10, 0, 0, 1]), (&two, [192, 0, 2, 200])] {
+            let ip = Ipv4Addr::from(ip);
+            let text = ip.to_string();
+            assert!(table.check_ipv4(&scope, ip, policy, 1).allowed);
+            let key = RateKey::new(&scope, &text).unwrap();
+            assert!(
+                !table.check(key, policy, 1).allowed,
+                "{text} is another caller"
+            );
+            let padded = format!("{text} ");
+            let other = RateKey::new(&scope, &padded).unwrap();
+            assert!(table.check(other, policy, 1).allowed);
+            // And the other way round, on a fresh address.
+            let next = Ipv4Addr::from(u32::from(ip) + 1);
+            let text = next.to_string();
+            assert!(
+                table
+                    .check(RateKey::new(&scope, &text).unwrap(), policy, 1)
+                    .allowed
+            );
+            assert!(!table.check_ipv4(&scope, next, policy, 1).allowed);
+        }
+        let other_scope = Name::new("other").unwrap();
+        assert!(
+            table
+                .check_ipv4(&other_scope, Ipv4Addr::new(10, 0, 0, 1), &one, 1)
+                .allowed
+        );
     }
 
     #[test]
