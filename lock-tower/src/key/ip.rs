@@ -1,7 +1,7 @@
 //! Keys by IP address: the TCP peer ([`PeerIp`]) and the client behind
 //! trusted proxies ([`ClientIp`]).
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use arrayvec::ArrayString;
@@ -9,7 +9,7 @@ use http::HeaderMap;
 use http::header::{FORWARDED, HeaderName};
 use ipnet::IpNet;
 
-use super::{HeadersRead, KeyExtractor, RequestParts};
+use super::{HeadersRead, KeyExtractor, RequestParts, TypedKey};
 
 /// The key of an IP address, formatted on the stack: IPv6 addresses grouped
 /// by prefix (one customer usually owns a whole /64), IPv4-mapped IPv6
@@ -20,11 +20,7 @@ struct IpKey(ArrayString<48>);
 impl IpKey {
     fn new(ip: IpAddr, v6_prefix: u8) -> Self {
         let mut key = ArrayString::new();
-        let v4 = match ip {
-            IpAddr::V4(v4) => Some(v4),
-            IpAddr::V6(v6) => v6.to_ipv4_mapped(),
-        };
-        match (v4, ip) {
+        match (ipv4_of(ip), ip) {
             (Some(v4), _) => {
                 // Dotted quad by hand: `Display` for `Ipv4Addr` goes through
                 // the formatting machinery four times. At most 15 bytes, so
@@ -56,6 +52,24 @@ impl IpKey {
 
     fn as_str(&self) -> &str {
         self.0.as_str()
+    }
+}
+
+/// The IPv4 address whose dotted quad is the key of `ip` ([`IpKey`]): `ip`
+/// itself, or the address an IPv4-mapped IPv6 address maps.
+fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(v4) => Some(v4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+    }
+}
+
+/// Calls `f` with the key of `ip`: the IPv4 address itself, or the text of
+/// an IPv6 prefix.
+fn typed<R>(ip: IpAddr, v6_prefix: u8, f: impl FnOnce(Option<TypedKey<'_>>) -> R) -> R {
+    match ipv4_of(ip) {
+        Some(v4) => f(Some(TypedKey::Ipv4(v4))),
+        None => f(Some(TypedKey::Text(IpKey::new(ip, v6_prefix).as_str()))),
     }
 }
 
@@ -150,6 +164,17 @@ impl KeyExtractor for PeerIp {
     fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
         match request.peer_addr() {
             Some(peer) => f(Some(IpKey::new(peer.ip(), self.v6_prefix).as_str())),
+            None => f(None),
+        }
+    }
+
+    fn with_typed_key<R>(
+        &self,
+        request: RequestParts<'_>,
+        f: impl FnOnce(Option<TypedKey<'_>>) -> R,
+    ) -> R {
+        match request.peer_addr() {
+            Some(peer) => typed(peer.ip(), self.v6_prefix, f),
             None => f(None),
         }
     }
@@ -295,6 +320,17 @@ impl KeyExtractor for ClientIp {
         }
     }
 
+    fn with_typed_key<R>(
+        &self,
+        request: RequestParts<'_>,
+        f: impl FnOnce(Option<TypedKey<'_>>) -> R,
+    ) -> R {
+        match self.client(request) {
+            Some(ip) => typed(ip, self.v6_prefix, f),
+            None => f(None),
+        }
+    }
+
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::Only(std::slice::from_ref(self.field()))
     }
@@ -378,6 +414,57 @@ mod tests {
             client_ip().extract(RequestParts::new(&req)).as_deref(),
             Some("10.0.0.1")
         );
+    }
+
+    /// An extractor's typed key is its text key, with an IPv4 address (or
+    /// an IPv4-mapped one) as the address: the memory backend decides by
+    /// either as one caller.
+    #[test]
+    fn typed_keys_agree_with_text_keys() {
+        let cases = [
+            ("192.0.2.1:1", vec![], Some("192.0.2.1")),
+            ("[::ffff:192.0.2.1]:1", vec![], Some("192.0.2.1")),
+            ("[2001:db8::1]:1", vec![], None),
+            (
+                "10.0.0.2:5000",
+                vec![("x-forwarded-for", "6.6.6.6, 10.0.0.1")],
+                Some("6.6.6.6"),
+            ),
+            (
+                "10.0.0.2:5000",
+                vec![("x-forwarded-for", "2001:db8::7")],
+                None,
+            ),
+            (
+                "10.0.0.2:5000",
+                vec![("x-forwarded-for", "[::ffff:7.7.7.7]:80")],
+                Some("7.7.7.7"),
+            ),
+            ("10.0.0.2:5000", vec![], Some("10.0.0.2")),
+        ];
+        fn check(key: &impl KeyExtractor, parts: RequestParts<'_>, v4: Option<&str>) {
+            let text = key.extract(parts).expect("a key");
+            key.with_typed_key(parts, |typed| match (typed, v4) {
+                (Some(TypedKey::Ipv4(ip)), Some(v4)) => {
+                    assert_eq!(ip, v4.parse::<Ipv4Addr>().unwrap());
+                    assert_eq!(ip.to_string(), text);
+                }
+                (Some(TypedKey::Text(typed)), None) => assert_eq!(typed, text),
+                (typed, _) => panic!("{typed:?} for {text}, expected {v4:?}"),
+            });
+        }
+        for (peer, headers, v4) in cases {
+            let req = request(peer, &headers);
+            let parts = RequestParts::new(&req);
+            check(&client_ip(), parts, v4);
+            if headers.is_empty() {
+                check(&PeerIp::new(), parts, v4);
+            }
+        }
+        let no_peer = Request::get("/").body(()).unwrap();
+        let parts = RequestParts::new(&no_peer);
+        assert!(PeerIp::new().with_typed_key(parts, |key| key.is_none()));
+        assert!(client_ip().with_typed_key(parts, |key| key.is_none()));
     }
 
     #[test]

@@ -10,11 +10,14 @@
 //! | any `Fn(RequestParts<'_>) -> Option<String>` | whatever it returns |
 //!
 //! The peer address is read from request extensions: a [`SocketAddr`], or
-//! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`.
+//! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`. [`PeerIp`] and
+//! [`ClientIp`] hand an IPv4 address to the in-memory backend as it is
+//! ([`KeyExtractor::with_typed_key`]): the same key as its dotted quad, not
+//! written out.
 
 mod ip;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::HeaderName;
@@ -107,6 +110,33 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
         f(self.extract(request).as_deref())
     }
 
+    /// Calls `f` with the key of the request as a [`TypedKey`]: an IPv4
+    /// address as it is, when the key is that address's dotted quad. With a
+    /// backend that holds addresses as they are (in memory), the middleware
+    /// then decides without writing the key out. The default lends the
+    /// text of [`with_key`](Self::with_key); [`PeerIp`] and [`ClientIp`]
+    /// override it.
+    ///
+    /// ```
+    /// use std::net::{Ipv4Addr, SocketAddr};
+    /// use lock_tower::key::{KeyExtractor, PathKey, PeerIp, RequestParts, TypedKey};
+    /// let mut request = http::Request::get("/orders").body(()).unwrap();
+    /// request.extensions_mut().insert(SocketAddr::from(([192, 0, 2, 7], 4000)));
+    /// let parts = RequestParts::new(&request);
+    /// let peer = Some(TypedKey::Ipv4(Ipv4Addr::new(192, 0, 2, 7)));
+    /// assert!(PeerIp::new().with_typed_key(parts, |key| key == peer));
+    /// let text = PeerIp::new().with_typed_key(parts, |key| key.map(TypedKey::to_text));
+    /// assert_eq!(text.as_deref(), Some("192.0.2.7"));
+    /// assert!(PathKey.with_typed_key(parts, |key| key == Some(TypedKey::Text("/orders"))));
+    /// ```
+    fn with_typed_key<R>(
+        &self,
+        request: RequestParts<'_>,
+        f: impl FnOnce(Option<TypedKey<'_>>) -> R,
+    ) -> R {
+        self.with_key(request, |key| f(key.map(TypedKey::Text)))
+    }
+
     /// Which header fields the key depends on (default: all of them).
     /// Adapters that must first copy a request into `http` types (lock-actix:
     /// actix-web 4 has its own) copy only these. An extractor that reads no
@@ -123,6 +153,26 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// ```
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::All
+    }
+}
+
+/// A request's key as [`KeyExtractor::with_typed_key`] lends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypedKey<'a> {
+    /// The key is this address's dotted quad (`ip.to_string()`): the same
+    /// key, not written out.
+    Ipv4(Ipv4Addr),
+    /// The key.
+    Text(&'a str),
+}
+
+impl TypedKey<'_> {
+    /// The key's text.
+    pub fn to_text(self) -> String {
+        match self {
+            TypedKey::Ipv4(ip) => ip.to_string(),
+            TypedKey::Text(key) => key.to_owned(),
+        }
     }
 }
 

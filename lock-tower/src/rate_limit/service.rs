@@ -13,7 +13,7 @@ use super::future::ResponseFuture;
 use super::layer::Shared;
 use crate::failure::{MissingKey, OnBackendFailure};
 use crate::headers;
-use crate::key::{KeyExtractor, RequestParts};
+use crate::key::{KeyExtractor, RequestParts, TypedKey};
 use crate::response::{plain, unavailable};
 
 /// A decision for a type-erased caller: ready at once, or boxed.
@@ -127,22 +127,22 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     #[inline(always)]
     fn start(&self, request: RequestParts<'_>) -> Start {
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        self.key.with_key(request, |key| match key {
-            None => Start::Now(Now::NoKey),
-            Some(key) => match self.limiter.check_cost_now(key, cost) {
-                Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
-                Some(Err(Error::InvalidName { .. })) => Start::Now(Now::NoKey),
-                Some(Err(error)) if !error.is_backend_failure() => {
-                    tracing::error!(%error, "rate limit cannot decide");
-                    Start::Now(Now::Misconfigured)
-                }
-                // A backend that waits, or one that failed: the failure
-                // policy applies on the asynchronous path.
-                Some(Err(_)) | None => Start::Ask {
-                    key: key.to_owned(),
-                    cost,
-                },
-            },
+        self.key.with_typed_key(request, |key| {
+            let Some(key) = key else {
+                return Start::Now(Now::NoKey);
+            };
+            let decided = match key {
+                // A backend that holds addresses as they are (in memory)
+                // decides without the key written out.
+                TypedKey::Ipv4(ip) => self.limiter.check_ipv4_cost_now(ip, cost),
+                TypedKey::Text(text) => self.limiter.check_cost_now(text, cost),
+            };
+            // A backend that waits, or one that failed: the failure policy
+            // applies on the asynchronous path.
+            decided.and_then(now).unwrap_or_else(|| Start::Ask {
+                key: key.to_text(),
+                cost,
+            })
         })
     }
 
@@ -196,6 +196,20 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
                 Verdict::Respond(unavailable())
             }
         }
+    }
+}
+
+/// How a decision the backend reached at once starts; `None` when the
+/// backend failed, for the asynchronous path to apply the failure policy.
+fn now(result: lock_core::Result<Decision>) -> Option<Start> {
+    match result {
+        Ok(decision) => Some(Start::Now(Now::Decided(decision))),
+        Err(Error::InvalidName { .. }) => Some(Start::Now(Now::NoKey)),
+        Err(error) if !error.is_backend_failure() => {
+            tracing::error!(%error, "rate limit cannot decide");
+            Some(Start::Now(Now::Misconfigured))
+        }
+        Err(_) => None,
     }
 }
 
