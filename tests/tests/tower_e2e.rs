@@ -75,6 +75,45 @@ async fn limits_exactly_with_headers<B: RateBackend>(backend: B) {
     assert_eq!(ok, 7);
 }
 
+/// A client's limit is one, whether it is reached through the layer (which
+/// hands the memory backend the peer's address as it is) or by a direct
+/// check of the address's text.
+async fn layer_and_direct_checks_share_a_client_limit<B: RateBackend>(backend: B) {
+    let limiter = limiter(backend, "shared", 3);
+    let layer = RateLimitLayer::new(limiter.clone(), PeerIp::new());
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    for _ in 0..2 {
+        assert_eq!(
+            client.get(&server.url("/"), &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    let direct = limiter.check("127.0.0.1").await.expect("a decision");
+    assert!(direct.allowed);
+    assert_eq!(direct.remaining, 0, "the layer's two requests counted");
+    let refused = client.get(&server.url("/"), &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        !limiter
+            .check("127.0.0.1")
+            .await
+            .expect("a decision")
+            .allowed
+    );
+    // Another text of the same address is another key.
+    assert!(
+        limiter
+            .check("127.000.0.1")
+            .await
+            .expect("a decision")
+            .allowed
+    );
+}
+
 async fn headers_can_be_kept_to_refusals<B: RateBackend>(backend: B) {
     let layer = RateLimitLayer::new(limiter(backend, "quiet", 2), PeerIp::new())
         .legacy_headers(true)
@@ -480,6 +519,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     limits_exactly_with_headers,
+    layer_and_direct_checks_share_a_client_limit,
     headers_can_be_kept_to_refusals,
     requests_without_a_key_follow_the_missing_key_policy,
     spoofed_forwarded_for_does_not_change_the_key,
