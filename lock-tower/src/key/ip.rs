@@ -64,6 +64,12 @@ fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
     }
 }
 
+/// The dotted quad of `ip`, as `Display` writes it, without the formatting
+/// machinery.
+pub(super) fn ipv4_text(ip: Ipv4Addr) -> ArrayString<48> {
+    IpKey::new(IpAddr::V4(ip), DEFAULT_V6_PREFIX).0
+}
+
 /// Calls `f` with the key of `ip`: the IPv4 address itself, or the text of
 /// an IPv6 prefix.
 fn typed<R>(ip: IpAddr, v6_prefix: u8, f: impl FnOnce(Option<TypedKey<'_>>) -> R) -> R {

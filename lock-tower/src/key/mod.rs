@@ -170,7 +170,7 @@ impl TypedKey<'_> {
     /// The key's text.
     pub fn to_text(self) -> String {
         match self {
-            TypedKey::Ipv4(ip) => ip.to_string(),
+            TypedKey::Ipv4(ip) => ip::ipv4_text(ip).as_str().to_owned(),
             TypedKey::Text(key) => key.to_owned(),
         }
     }
