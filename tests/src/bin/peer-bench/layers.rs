@@ -45,7 +45,12 @@ const V6: &str = "-v6";
 
 /// Nanoseconds per request through `app`, called in process (no socket),
 /// one request at a time, as the peer address arrives from axum.
-async fn per_request(app: Router, peer: &str, n: usize) -> Result<(f64, f64), Error> {
+async fn per_request(
+    app: Router,
+    peer: &str,
+    n: usize,
+    mut between: impl FnMut(),
+) -> Result<(f64, f64), Error> {
     use tower::{Service, ServiceExt};
     let peer: SocketAddr = peer.parse()?;
     // `with_state` turns every route into a service once, as `axum::serve`
@@ -61,11 +66,13 @@ async fn per_request(app: Router, peer: &str, n: usize) -> Result<(f64, f64), Er
     };
     // Warm up, then measure.
     for _ in 0..n / 10 {
+        between();
         app.ready().await?.call(request()).await?;
     }
     let allocations = Allocations::start();
     let started = Instant::now();
     for _ in 0..n {
+        between();
         let response = app.ready().await?.call(request()).await?;
         if !response.status().is_success() {
             return Err(format!("refused: {}", response.status()).into());
@@ -90,7 +97,7 @@ pub(super) async fn layer_cost(scale: &Scale) -> Result<(), Error> {
     for _ in 0..ROUNDS {
         let mut row = [(0.0, 0.0); LAYER_ROUTERS.len()];
         for (cell, name) in row.iter_mut().zip(LAYER_ROUTERS) {
-            *cell = per_request(layer_router(name)?, PEER_V4, n).await?;
+            *cell = per_request(layer_router(name)?, PEER_V4, n, || {}).await?;
         }
         rows.push(row);
     }
@@ -199,15 +206,101 @@ fn layer_router(name: &str) -> Result<Router, Error> {
 }
 
 /// Calls the router `name` in process `n` times, after a warm-up of a tenth
-/// as many; run under `valgrind` by [`layer_instructions`]. A name ending
-/// in [`V6`] names the same router, called from an IPv6 address.
-pub(super) async fn layer_loop(name: &str, n: usize) -> Result<(), Error> {
+/// as many; run under `valgrind` by [`layer_instructions`] and
+/// [`layer_cold_lines`]. A name ending in [`V6`] names the same router,
+/// called from an IPv6 address. With `cold`, every request starts with
+/// [`ColdCaches::evict`]ed caches.
+pub(super) async fn layer_loop(name: &str, n: usize, cold: bool) -> Result<(), Error> {
     let (router, peer) = match name.strip_suffix(V6) {
         Some(router) => (router, PEER_V6),
         None => (name, PEER_V4),
     };
-    per_request(layer_router(router)?, peer, n).await?;
+    if cold {
+        let mut caches = ColdCaches::new();
+        per_request(layer_router(router)?, peer, n, || caches.evict()).await?;
+    } else {
+        per_request(layer_router(router)?, peer, n, || {}).await?;
+    }
     Ok(())
+}
+
+/// The caches that [`layer_cold_lines`] has `valgrind` simulate, as its
+/// `--I1`, `--D1` and `--LL` options: 32 KiB first-level caches and a
+/// 512 KiB second level, 8-way, in 64-byte lines.
+const SIMULATED_CACHES: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=524288,8,64"];
+
+/// Evicts the simulated caches of [`SIMULATED_CACHES`] between two
+/// requests, as the kernel's network work and the HTTP server's do
+/// between two requests of a real server: it reads and writes every line
+/// of twice the last level's size, and runs more than twice the
+/// first-level instruction cache's size of straight-line code.
+struct ColdCaches {
+    data: Vec<u64>,
+}
+
+impl ColdCaches {
+    const BYTES: usize = 2 * 524_288;
+
+    fn new() -> Self {
+        ColdCaches {
+            data: vec![1; Self::BYTES / 8],
+        }
+    }
+
+    fn evict(&mut self) {
+        // One word of every 64-byte line.
+        for word in self.data.iter_mut().step_by(8) {
+            *word = std::hint::black_box(*word).wrapping_add(1);
+        }
+        std::hint::black_box(straight_line_code(std::hint::black_box(1)));
+    }
+}
+
+/// About 100 KiB of code without a loop (more than twice the simulated
+/// first-level instruction cache): 16,384 steps of a few instructions, each
+/// kept apart by `black_box`.
+#[inline(never)]
+fn straight_line_code(mut x: u64) -> u64 {
+    macro_rules! step {
+        () => {
+            x = std::hint::black_box(x.rotate_left(5) ^ 0x9e37_79b9).wrapping_mul(3);
+        };
+    }
+    macro_rules! times4 {
+        ($m:ident) => {
+            $m!();
+            $m!();
+            $m!();
+            $m!();
+        };
+    }
+    macro_rules! s16 {
+        () => {
+            times4!(step)
+        };
+    }
+    macro_rules! s64 {
+        () => {
+            times4!(s16)
+        };
+    }
+    macro_rules! s256 {
+        () => {
+            times4!(s64)
+        };
+    }
+    macro_rules! s1024 {
+        () => {
+            times4!(s256)
+        };
+    }
+    macro_rules! s4096 {
+        () => {
+            times4!(s1024)
+        };
+    }
+    times4!(s4096);
+    x
 }
 
 /// The routers counted again with an IPv6 peer, and how the table names them.
@@ -225,32 +318,12 @@ const V6_ROUTERS: [(&str, &str); 2] = [
 /// process; the difference, divided by `n`, leaves out start-up and
 /// warm-up (which also scales with `n`, hence the 1.1).
 pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        println!(
-            "Instructions per request: skipped, `valgrind` is not installed (`apt-get install valgrind`).\n"
-        );
+    if valgrind_missing("Instructions per request") {
         return Ok(());
     }
     let n: usize = if quick { 20_000 } else { 100_000 };
     let count = |router: &str, requests: usize| -> Result<f64, Error> {
-        let output = Command::new("valgrind")
-            .args(["--tool=cachegrind", "--cache-sim=no"])
-            .arg("--cachegrind-out-file=/dev/null")
-            .arg(std::env::current_exe()?)
-            .args(["--layer-loop", router, &requests.to_string()])
-            .output()?;
-        if !output.status.success() {
-            return Err(format!("valgrind on {router}: {}", output.status).into());
-        }
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let refs = stderr
-            .lines()
-            .find_map(|line| line.split_once("I   refs:").or(line.split_once("I refs:")))
-            .ok_or("no instruction count in valgrind's output")?
-            .1
-            .trim()
-            .replace(',', "");
-        Ok(refs.parse::<u64>()? as f64)
+        Ok(cachegrind(router, requests, false)?.instructions)
     };
     let mut per = Vec::new();
     let v6_names: Vec<String> = V6_ROUTERS.iter().map(|(r, _)| format!("{r}{V6}")).collect();
@@ -281,4 +354,154 @@ pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
         (per[v6] - bare) / (per[v6 + 1] - bare)
     );
     Ok(())
+}
+
+/// Whether `valgrind` is missing; if so, says that `table` is skipped.
+fn valgrind_missing(table: &str) -> bool {
+    let missing = Command::new("valgrind").arg("--version").output().is_err();
+    if missing {
+        println!("{table}: skipped, `valgrind` is not installed (`apt-get install valgrind`).\n");
+    }
+    missing
+}
+
+/// What `valgrind`'s cachegrind counted over one `--layer-loop` run.
+struct Counts {
+    instructions: f64,
+    /// Misses in the simulated first-level instruction cache.
+    code_lines: f64,
+    /// Misses in the simulated first-level data cache.
+    data_lines: f64,
+    /// Misses in the simulated last level.
+    last_level: f64,
+}
+
+/// Runs `--layer-loop router requests` under cachegrind; with `cold`, in
+/// the [`SIMULATED_CACHES`], evicted before every request.
+fn cachegrind(router: &str, requests: usize, cold: bool) -> Result<Counts, Error> {
+    let mut command = Command::new("valgrind");
+    command
+        .arg("--tool=cachegrind")
+        .arg("--cachegrind-out-file=/dev/null");
+    if cold {
+        command.arg("--cache-sim=yes").args(SIMULATED_CACHES);
+    } else {
+        command.arg("--cache-sim=no");
+    }
+    let output = command
+        .arg(std::env::current_exe()?)
+        .args(["--layer-loop", router, &requests.to_string()])
+        .args(cold.then_some("cold"))
+        .output()?;
+    if !output.status.success() {
+        return Err(format!("valgrind on {router}: {}", output.status).into());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let field = |name: &str| valgrind_field(&stderr, name);
+    Ok(Counts {
+        instructions: field("I refs")?,
+        code_lines: if cold { field("I1 misses")? } else { 0.0 },
+        data_lines: if cold { field("D1 misses")? } else { 0.0 },
+        last_level: if cold { field("LL misses")? } else { 0.0 },
+    })
+}
+
+/// The first figure of the summary line `name` (its words, however spaced)
+/// in valgrind's output, such as `==12== D1  misses:  1,234  (1,000 rd + 234 wr)`.
+fn valgrind_field(stderr: &str, name: &str) -> Result<f64, Error> {
+    let value = stderr
+        .lines()
+        .find_map(|line| {
+            let (_, rest) = line.split_once("== ")?;
+            let (label, value) = rest.split_once(':')?;
+            (label.split_whitespace().eq(name.split_whitespace())).then_some(value)
+        })
+        .and_then(|value| value.split_whitespace().next())
+        .ok_or_else(|| format!("no `{name}` in valgrind's output"))?;
+    Ok(value.replace(',', "").parse::<u64>()? as f64)
+}
+
+/// The cache lines each layer brings in per request when it starts cold,
+/// as a real server's request does after the kernel's network work: under
+/// cachegrind, in the [`SIMULATED_CACHES`], evicted by [`ColdCaches`]
+/// before every request. Each router runs `n` and `2n` requests; the
+/// difference, divided, leaves out start-up, and the router without a
+/// layer is subtracted as in [`layer_instructions`].
+pub(super) fn layer_cold_lines(quick: bool) -> Result<(), Error> {
+    if valgrind_missing("Cold cache lines per request") {
+        return Ok(());
+    }
+    let n: usize = if quick { 1_000 } else { 4_000 };
+    let mut per = Vec::new();
+    for router in LAYER_ROUTERS {
+        let once = cachegrind(router, n, true)?;
+        let twice = cachegrind(router, 2 * n, true)?;
+        let each = |f: fn(&Counts) -> f64| (f(&twice) - f(&once)) / (1.1 * n as f64);
+        per.push([
+            each(|c| c.code_lines),
+            each(|c| c.data_lines),
+            each(|c| c.last_level),
+        ]);
+    }
+    let bare = per[0];
+    println!(
+        "In process under valgrind (cachegrind), caches evicted before every request: lines missed per request by the layer (the router's, less the router without a layer's), {n} and {} requests per router, difference divided\n",
+        2 * n
+    );
+    println!(
+        "| router | code lines (first level) | data lines (first level) | last level, code and data |\n|---|---:|---:|---:|"
+    );
+    println!(
+        "| axum, no layer (its lines and the eviction's) | {:.0} | {:.0} | {:.0} |",
+        bare[0], bare[1], bare[2]
+    );
+    for (label, per) in LAYER_LABELS.iter().zip(&per).skip(1) {
+        println!(
+            "| {label} | {:.0} | {:.0} | {:.0} |",
+            per[0] - bare[0],
+            per[1] - bare[1],
+            per[2] - bare[2]
+        );
+    }
+    println!(
+        "\n| like for like: ratio of lines | code | data | last level, code and data |\n|---|---:|---:|---:|"
+    );
+    for (label, ours, theirs) in LIKE_FOR_LIKE {
+        let ratio = |k: usize| (per[ours][k] - bare[k]) / (per[theirs][k] - bare[k]);
+        println!(
+            "| {label} | {:.2}x | {:.2}x | {:.2}x |",
+            ratio(0),
+            ratio(1),
+            ratio(2)
+        );
+    }
+    println!();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valgrind_field;
+
+    /// The summary lines that `valgrind --tool=cachegrind --cache-sim=yes`
+    /// prints, read by their words whatever their spacing, and not
+    /// confused with their neighbours (`LL misses` is not `LLi misses`).
+    #[test]
+    fn valgrind_summary_fields() {
+        let stderr = "\
+==2673== I   refs:      1,220,310,785
+==2673== I1  misses:        6,104,203
+==2673== LLi misses:        6,104,001
+==2673== D   refs:       77,970,009  (39,254,611 rd   + 38,715,398 wr)
+==2673== D1  misses:     18,237,673  (18,124,852 rd   +    112,821 wr)
+==2673== LL refs:        19,118,990  (19,006,169 rd   +    112,821 wr)
+==2673== LL misses:      19,117,525  (19,004,863 rd   +    112,662 wr)
+";
+        let field = |name| valgrind_field(stderr, name).unwrap();
+        assert_eq!(field("I refs"), 1_220_310_785.0);
+        assert_eq!(field("I1 misses"), 6_104_203.0);
+        assert_eq!(field("D1 misses"), 18_237_673.0);
+        assert_eq!(field("LL misses"), 19_117_525.0);
+        assert!(valgrind_field(stderr, "L2 misses").is_err());
+    }
 }

@@ -5,8 +5,8 @@
 //! cargo run --release -p lock-tests --features peers --bin peer-bench [-- --quick]
 //! ```
 //!
-//! `-- --only 3,4` runs only the sections named; `4a`, `4i`, `4c` and `4t`
-//! name one table of section 4, and `4h` the HTTP table's servers without
+//! `-- --only 3,4` runs only the sections named; `4a`, `4i`, `4l`, `4c` and
+//! `4t` name one table of section 4, and `4h` the HTTP table's servers without
 //! Redis, in 25 rounds instead of 5.
 //!
 //! 1. decision throughput vs `redis-benchmark` on the same call;
@@ -17,8 +17,8 @@
 //! 4. HTTP: axum with our layer (memory) vs `tower_governor`, our layer on
 //!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
 //!    in process, the same layers' time, allocations and (under `valgrind`,
-//!    when it is installed) instructions per request, and in memory the
-//!    decisions of one thread and of two at once;
+//!    when it is installed) instructions and cold cache lines per request,
+//!    and in memory the decisions of one thread and of two at once;
 //! 5. resident memory of the memory backend after one million distinct keys.
 //!
 //! One module per section: [`locks`] (2), [`redlock`] (3), [`layers`],
@@ -134,7 +134,8 @@ async fn main() -> Result<(), Error> {
             .next()
             .ok_or("--layer-loop <router> <requests>")?
             .parse()?;
-        return layers::layer_loop(&router, n).await;
+        let cold = layer_loop_args.next().as_deref() == Some("cold");
+        return layers::layer_loop(&router, n, cold).await;
     }
     // `--only 3,4` runs just those sections.
     let only: Option<Vec<String>> = std::env::args()
@@ -160,6 +161,9 @@ async fn main() -> Result<(), Error> {
     }
     if run("4") || run("4i") {
         layers::layer_instructions(quick)?;
+    }
+    if run("4") || run("4l") {
+        layers::layer_cold_lines(quick)?;
     }
     if run("4") || run("4c") {
         actix_cost::actix_layer_cost(&scale)?;
