@@ -157,7 +157,11 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     }
 
     /// Longest wait for a decision (default 500 ms); a hung backend never
-    /// hangs a request past it.
+    /// hangs a request past it. A decision that times out is a backend
+    /// failure, and the [`on_backend_failure`](Self::on_backend_failure)
+    /// policy applies. If the request had already reached Redis, Redis
+    /// still decides it: its cost counts against the caller even though
+    /// the layer stopped waiting for the answer.
     pub fn decision_timeout(self, timeout: Duration) -> Self {
         self.with(|s| s.timeout = timeout)
     }
