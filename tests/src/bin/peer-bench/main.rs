@@ -132,7 +132,7 @@ async fn main() -> Result<(), Error> {
     if let Some(router) = layer_loop_args.next() {
         let n = layer_loop_args
             .next()
-            .ok_or("--layer-loop <router> <requests>")?
+            .ok_or("--layer-loop <router> <requests> [cold]")?
             .parse()?;
         let cold = layer_loop_args.next().as_deref() == Some("cold");
         return layers::layer_loop(&router, n, cold).await;
