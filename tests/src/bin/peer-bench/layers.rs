@@ -215,21 +215,33 @@ pub(super) async fn layer_loop(name: &str, n: usize, cold: bool) -> Result<(), E
         Some(router) => (router, PEER_V6),
         None => (name, PEER_V4),
     };
-    if cold {
-        let mut caches = ColdCaches::new();
-        per_request(layer_router(router)?, peer, n, || caches.evict()).await?;
-    } else {
-        per_request(layer_router(router)?, peer, n, || {}).await?;
-    }
+    let mut caches = cold.then(ColdCaches::new);
+    per_request(layer_router(router)?, peer, n, || {
+        if let Some(caches) = &mut caches {
+            caches.evict();
+        }
+    })
+    .await?;
     Ok(())
 }
 
-/// The caches that [`layer_cold_lines`] has `valgrind` simulate, as its
-/// `--I1`, `--D1` and `--LL` options: 32 KiB first-level caches and a
-/// 512 KiB second level, 8-way, in 64-byte lines.
-const SIMULATED_CACHES: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=524288,8,64"];
+/// The size of each first-level cache that [`layer_cold_lines`] has
+/// `valgrind` simulate.
+const FIRST_LEVEL_BYTES: usize = 32 * 1024;
+/// The size of the simulated last level (a core's second-level cache).
+const LAST_LEVEL_BYTES: usize = 512 * 1024;
 
-/// Evicts the simulated caches of [`SIMULATED_CACHES`] between two
+/// `valgrind`'s options for the simulated caches: the sizes above, 8-way,
+/// in 64-byte lines.
+fn simulated_caches() -> [String; 3] {
+    [
+        format!("--I1={FIRST_LEVEL_BYTES},8,64"),
+        format!("--D1={FIRST_LEVEL_BYTES},8,64"),
+        format!("--LL={LAST_LEVEL_BYTES},8,64"),
+    ]
+}
+
+/// Evicts the caches of [`simulated_caches`] between two
 /// requests, as the kernel's network work and the HTTP server's do
 /// between two requests of a real server: it reads and writes every line
 /// of twice the last level's size, and runs more than twice the
@@ -239,7 +251,7 @@ struct ColdCaches {
 }
 
 impl ColdCaches {
-    const BYTES: usize = 2 * 524_288;
+    const BYTES: usize = 2 * LAST_LEVEL_BYTES;
 
     fn new() -> Self {
         ColdCaches {
@@ -322,9 +334,6 @@ pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
         return Ok(());
     }
     let n: usize = if quick { 20_000 } else { 100_000 };
-    let count = |router: &str, requests: usize| -> Result<f64, Error> {
-        Ok(cachegrind(router, requests, false)?.instructions)
-    };
     let mut per = Vec::new();
     let v6_names: Vec<String> = V6_ROUTERS.iter().map(|(r, _)| format!("{r}{V6}")).collect();
     for router in LAYER_ROUTERS
@@ -332,10 +341,7 @@ pub(super) fn layer_instructions(quick: bool) -> Result<(), Error> {
         .copied()
         .chain(v6_names.iter().map(String::as_str))
     {
-        let once = count(router, n)?;
-        let twice = count(router, 2 * n)?;
-        // `per_request` warms up with a tenth of its requests.
-        per.push((twice - once) / (1.1 * n as f64));
+        per.push(counts_per_request(router, n, false)?.instructions);
     }
     let bare = per[0];
     println!(
@@ -377,14 +383,14 @@ struct Counts {
 }
 
 /// Runs `--layer-loop router requests` under cachegrind; with `cold`, in
-/// the [`SIMULATED_CACHES`], evicted before every request.
+/// the [`simulated_caches`], evicted before every request.
 fn cachegrind(router: &str, requests: usize, cold: bool) -> Result<Counts, Error> {
     let mut command = Command::new("valgrind");
     command
         .arg("--tool=cachegrind")
         .arg("--cachegrind-out-file=/dev/null");
     if cold {
-        command.arg("--cache-sim=yes").args(SIMULATED_CACHES);
+        command.arg("--cache-sim=yes").args(simulated_caches());
     } else {
         command.arg("--cache-sim=no");
     }
@@ -406,6 +412,21 @@ fn cachegrind(router: &str, requests: usize, cold: bool) -> Result<Counts, Error
     })
 }
 
+/// `router`'s counts per request under [`cachegrind`]: runs of `n` and `2n`
+/// requests, the difference divided, which leaves out start-up and warm-up
+/// (`per_request` warms up with a tenth of its requests, hence the 1.1).
+fn counts_per_request(router: &str, n: usize, cold: bool) -> Result<Counts, Error> {
+    let once = cachegrind(router, n, cold)?;
+    let twice = cachegrind(router, 2 * n, cold)?;
+    let each = |f: fn(&Counts) -> f64| (f(&twice) - f(&once)) / (1.1 * n as f64);
+    Ok(Counts {
+        instructions: each(|c| c.instructions),
+        code_lines: each(|c| c.code_lines),
+        data_lines: each(|c| c.data_lines),
+        last_level: each(|c| c.last_level),
+    })
+}
+
 /// The first figure of the summary line `name` (its words, however spaced)
 /// in valgrind's output, such as `==12== D1  misses:  1,234  (1,000 rd + 234 wr)`.
 fn valgrind_field(stderr: &str, name: &str) -> Result<f64, Error> {
@@ -423,7 +444,7 @@ fn valgrind_field(stderr: &str, name: &str) -> Result<f64, Error> {
 
 /// The cache lines each layer brings in per request when it starts cold,
 /// as a real server's request does after the kernel's network work: under
-/// cachegrind, in the [`SIMULATED_CACHES`], evicted by [`ColdCaches`]
+/// cachegrind, in the [`simulated_caches`], evicted by [`ColdCaches`]
 /// before every request. Each router runs `n` and `2n` requests; the
 /// difference, divided, leaves out start-up, and the router without a
 /// layer is subtracted as in [`layer_instructions`].
@@ -434,14 +455,8 @@ pub(super) fn layer_cold_lines(quick: bool) -> Result<(), Error> {
     let n: usize = if quick { 1_000 } else { 4_000 };
     let mut per = Vec::new();
     for router in LAYER_ROUTERS {
-        let once = cachegrind(router, n, true)?;
-        let twice = cachegrind(router, 2 * n, true)?;
-        let each = |f: fn(&Counts) -> f64| (f(&twice) - f(&once)) / (1.1 * n as f64);
-        per.push([
-            each(|c| c.code_lines),
-            each(|c| c.data_lines),
-            each(|c| c.last_level),
-        ]);
+        let counts = counts_per_request(router, n, true)?;
+        per.push([counts.code_lines, counts.data_lines, counts.last_level]);
     }
     let bare = per[0];
     println!(
