@@ -44,6 +44,18 @@ impl MemoryBackend {
         Self::default()
     }
 
+    /// A backend whose rate limits are kept in `rates` (for tests that set
+    /// the table's clock).
+    #[cfg(test)]
+    pub(crate) fn with_rate_table(rates: RateTable) -> Self {
+        MemoryBackend {
+            inner: Arc::new(MemoryInner {
+                rates,
+                ..MemoryInner::default()
+            }),
+        }
+    }
+
     /// A backend that keeps at most `max_keys` live rate-limit keys (default
     /// [`DEFAULT_MAX_KEYS`]). Past the cap, expired keys are dropped first, then
     /// arbitrary live ones (their limits start afresh), so memory stays flat.

@@ -151,15 +151,69 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
         let _ = (scope, ip, policy, cost);
         None
     }
+
+    /// As [`check_ipv4_now`](Self::check_ipv4_now) for `limiter`'s scope and
+    /// policy, for middleware that needs a decision's figures only on
+    /// refusals: with `figures` false, an allowed call may come back as
+    /// [`Admission::Allowed`], without its [`Decision`] built. It decides
+    /// exactly as `check_ipv4_now` would. The default forwards to
+    /// `check_ipv4_now`; the in-memory backend decides a one-quota GCRA
+    /// policy on a shorter path.
+    fn admit_ipv4_now(
+        limiter: &RateLimiter<Self>,
+        ip: Ipv4Addr,
+        cost: u32,
+        figures: bool,
+    ) -> Option<Result<Admission>> {
+        let _ = figures;
+        limiter
+            .backend
+            .check_ipv4_now(&limiter.scope, ip, &limiter.policy, cost)
+            .map(|decided| decided.map(Admission::Decided))
+    }
+}
+
+/// What [`RateLimiter::admit_ipv4_now`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Allowed, and the cost taken; the decision's figures were not asked
+    /// for, and were not worked out.
+    Allowed,
+    /// The whole decision: a refusal, or any decision when its figures were
+    /// asked for.
+    Decided(Decision),
+}
+
+impl Admission {
+    /// Whether the call was allowed.
+    pub fn allowed(&self) -> bool {
+        match self {
+            Admission::Allowed => true,
+            Admission::Decided(decision) => decision.allowed,
+        }
+    }
+}
+
+/// A one-quota GCRA policy's figures, kept in the limiter itself so that a
+/// decision on the in-memory backend's short path reads no other memory of
+/// the policy's.
+#[derive(Debug, Clone)]
+pub(crate) struct SingleGcra {
+    pub(crate) suffix: Arc<str>,
+    /// The emission interval, in microseconds.
+    pub(crate) interval: u64,
+    pub(crate) limit: u32,
 }
 
 /// A rate limiter: a scope name (so several limiters can share a backend), a
 /// policy, and a backend. Cheap to clone; clones share state.
 #[derive(Debug, Clone)]
 pub struct RateLimiter<B> {
-    backend: B,
-    scope: Name,
-    policy: Arc<Policy>,
+    pub(crate) backend: B,
+    pub(crate) scope: Name,
+    pub(crate) policy: Arc<Policy>,
+    /// The policy's one quota, when it has one and decides by GCRA.
+    pub(crate) single_gcra: Option<SingleGcra>,
 }
 
 impl<B: RateBackend> RateLimiter<B> {
@@ -172,10 +226,19 @@ impl<B: RateBackend> RateLimiter<B> {
     /// unit per microsecond.
     pub fn new(backend: B, scope: impl AsRef<str>, policy: Policy) -> Result<Self> {
         policy.validate()?;
+        let single_gcra = match (policy.algorithm(), policy.quotas(), policy.suffixes()) {
+            (Algorithm::Gcra, [quota], [suffix]) => Some(SingleGcra {
+                suffix: suffix.clone(),
+                interval: policy.gcra_intervals()[0],
+                limit: quota.limit(),
+            }),
+            _ => None,
+        };
         Ok(RateLimiter {
             backend,
             scope: Name::new(scope)?,
             policy: Arc::new(policy),
+            single_gcra,
         })
     }
 
@@ -230,9 +293,7 @@ impl<B: RateBackend> RateLimiter<B> {
     /// assert!(!limiter.check_cost_now("192.0.2.7", 1).unwrap().unwrap().allowed);
     /// ```
     pub fn check_ipv4_cost_now(&self, ip: Ipv4Addr, cost: u32) -> Option<Result<Decision>> {
-        // The longest dotted quad, `255.255.255.255`, and its colon.
-        const LONGEST: usize = 16;
-        if self.scope.as_str().len() + LONGEST > MAX_NAME_LEN {
+        if !self.every_ipv4_key_fits() {
             // Whether the key fits depends on its text: write it out.
             return self.check_cost_now(&ip.to_string(), cost);
         }
@@ -241,6 +302,65 @@ impl<B: RateBackend> RateLimiter<B> {
         }
         self.backend
             .check_ipv4_now(&self.scope, ip, &self.policy, cost)
+    }
+
+    /// As [`check_ipv4_cost_now`](Self::check_ipv4_cost_now), for middleware
+    /// that needs a decision's figures only on refusals: with `figures`
+    /// false, an allowed call may come back as [`Admission::Allowed`],
+    /// without its [`Decision`] built (on the in-memory backend, a one-quota
+    /// GCRA policy is then decided on a shorter path).
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Admission, Algorithm, Policy, Quota, RateLimiter};
+    ///
+    /// let policy = Policy::new(Algorithm::Gcra)
+    ///     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+    /// let ip = Ipv4Addr::new(192, 0, 2, 7);
+    /// assert_eq!(limiter.admit_ipv4_now(ip, 1, false).unwrap().unwrap(), Admission::Allowed);
+    /// // A refusal always comes with its decision.
+    /// let Admission::Decided(refused) = limiter.admit_ipv4_now(ip, 1, false).unwrap().unwrap()
+    /// else { unreachable!() };
+    /// assert!(!refused.allowed && refused.retry_after.as_secs() > 0);
+    /// ```
+    #[inline]
+    pub fn admit_ipv4_now(
+        &self,
+        ip: Ipv4Addr,
+        cost: u32,
+        figures: bool,
+    ) -> Option<Result<Admission>> {
+        if !self.every_ipv4_key_fits() {
+            // Whether the key fits depends on its text: write it out.
+            let decided = self.check_cost_now(&ip.to_string(), cost)?;
+            return Some(decided.map(Admission::Decided));
+        }
+        if let Err(e) = self.check_cost_inline(cost) {
+            return Some(Err(e));
+        }
+        B::admit_ipv4_now(self, ip, cost, figures)
+    }
+
+    /// Whether `<scope>:<dotted quad>` fits in [`MAX_NAME_LEN`] bytes for
+    /// every address, so that an address may be decided without its text.
+    #[inline]
+    fn every_ipv4_key_fits(&self) -> bool {
+        // The longest dotted quad, `255.255.255.255`, and its colon.
+        const LONGEST: usize = 16;
+        self.scope.as_str().len() + LONGEST <= MAX_NAME_LEN
+    }
+
+    /// [`Policy::check_cost`], from the limiter's own copy of a one-quota
+    /// GCRA limit when it has one.
+    #[inline]
+    fn check_cost_inline(&self, cost: u32) -> Result<()> {
+        match &self.single_gcra {
+            Some(single) if cost <= single.limit => Ok(()),
+            _ => self.policy.check_cost(cost),
+        }
     }
 
     /// Checks `cost` units for `key` (0 looks without consuming).
