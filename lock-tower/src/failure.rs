@@ -124,10 +124,12 @@ impl Metrics {
     }
 
     /// This thread's slot.
+    #[inline]
     fn mine(&self) -> &Counts {
         &self.slots[thread_index() & (self.slots.len() - 1)]
     }
 
+    #[inline]
     pub(crate) fn count_allowed(&self) {
         self.mine().allowed.fetch_add(1, Ordering::Relaxed);
     }
@@ -148,6 +150,7 @@ impl Metrics {
 /// A number of the calling thread's own, given out in turn as threads first
 /// ask: neighbouring threads (a runtime's workers, started together) get
 /// neighbouring numbers, so they land in different slots.
+#[inline]
 fn thread_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {

@@ -32,7 +32,10 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
     Calling {
         #[pin]
         future: S::Future,
-        fields: Option<Fields>,
+        /// Boxed: the future is moved by value several times per request,
+        /// and most of those moves would carry the fields' room for
+        /// nothing when none are sent.
+        fields: Option<Box<Fields>>,
     },
     Ready {
         response: Option<Response<Bytes>>,
@@ -78,7 +81,10 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
     /// go on its response.
     pub(super) fn calling(future: S::Future, fields: Option<Fields>) -> Self {
         ResponseFuture {
-            state: State::Calling { future, fields },
+            state: State::Calling {
+                future,
+                fields: fields.map(Box::new),
+            },
             add_headers: None,
         }
     }
@@ -125,12 +131,13 @@ where
                         _ => None,
                     };
                     let future = inner.call(request);
+                    let fields = fields.map(Box::new);
                     this.state.set(State::Calling { future, fields });
                 }
                 StateProj::Calling { future, fields } => {
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(fields) = fields.take() {
-                        fields.insert_into(response.headers_mut());
+                        (*fields).insert_into(response.headers_mut());
                     }
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use futures_util::future::Either;
 use http::{Request, Response, StatusCode};
 use lock_core::Error;
-use lock_core::rate::{Decision, RateBackend};
+use lock_core::rate::{Admission, Decision, RateBackend};
 use tower::Service;
 
 use super::RateVerdict as Verdict;
@@ -62,6 +62,8 @@ enum Start {
 
 /// A decision reached without waiting.
 enum Now {
+    /// Allowed; no fields are sent on success, so no decision was built.
+    Allowed,
     /// The backend decided.
     Decided(Decision),
     /// The request has no key, or its key is not a valid name.
@@ -134,8 +136,11 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
             let decided = match key {
                 // A backend that holds addresses as they are (in memory)
                 // decides without the key written out.
-                TypedKey::Ipv4(ip) => self.limiter.check_ipv4_cost_now(ip, cost),
-                TypedKey::Text(text) => self.limiter.check_cost_now(text, cost),
+                TypedKey::Ipv4(ip) => self.limiter.admit_ipv4_now(ip, cost, self.on_success),
+                TypedKey::Text(text) => self
+                    .limiter
+                    .check_cost_now(text, cost)
+                    .map(|decided| decided.map(Admission::Decided)),
             };
             // A backend that waits, or one that failed: the failure policy
             // applies on the asynchronous path.
@@ -149,6 +154,10 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// The verdict of a decision reached without waiting.
     fn settle(&self, now: Now) -> Verdict {
         match now {
+            Now::Allowed => {
+                self.metrics.count_allowed();
+                Verdict::Allow(None)
+            }
             Now::Decided(decision) => self.verdict(decision),
             Now::NoKey => self.missing_key(),
             Now::Misconfigured => misconfigured(),
@@ -201,9 +210,11 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
 
 /// How a decision the backend reached at once starts; `None` when the
 /// backend failed, for the asynchronous path to apply the failure policy.
-fn now(result: lock_core::Result<Decision>) -> Option<Start> {
+#[inline]
+fn now(result: lock_core::Result<Admission>) -> Option<Start> {
     match result {
-        Ok(decision) => Some(Start::Now(Now::Decided(decision))),
+        Ok(Admission::Allowed) => Some(Start::Now(Now::Allowed)),
+        Ok(Admission::Decided(decision)) => Some(Start::Now(Now::Decided(decision))),
         Err(Error::InvalidName { .. }) => Some(Start::Now(Now::NoKey)),
         Err(error) if !error.is_backend_failure() => {
             tracing::error!(%error, "rate limit cannot decide");
@@ -243,7 +254,11 @@ where
         // state carried along, and the ready service itself is called.
         let shared = &self.shared;
         let (key, cost) = match shared.start(RequestParts::new(&request)) {
-            // The common case, kept apart so that no verdict is built.
+            // The common cases, kept apart so that no verdict is built.
+            Start::Now(Now::Allowed) => {
+                shared.metrics.count_allowed();
+                return ResponseFuture::calling(self.inner.call(request), None);
+            }
             Start::Now(Now::Decided(decision)) if decision.allowed => {
                 shared.metrics.count_allowed();
                 let fields = shared.fields(&decision);
