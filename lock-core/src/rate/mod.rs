@@ -326,7 +326,7 @@ impl<B: RateBackend> RateLimiter<B> {
     /// else { unreachable!() };
     /// assert!(!refused.allowed && refused.retry_after.as_secs() > 0);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn admit_ipv4_now(
         &self,
         ip: Ipv4Addr,

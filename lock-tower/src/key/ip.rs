@@ -57,7 +57,7 @@ impl IpKey {
 
 /// The IPv4 address whose dotted quad is the key of `ip` ([`IpKey`]): `ip`
 /// itself, or the address an IPv4-mapped IPv6 address maps.
-#[inline]
+#[inline(always)]
 fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
     match ip {
         IpAddr::V4(v4) => Some(v4),
@@ -73,7 +73,7 @@ pub(super) fn ipv4_text(ip: Ipv4Addr) -> ArrayString<48> {
 
 /// Calls `f` with the key of `ip`: the IPv4 address itself, or the text of
 /// an IPv6 prefix.
-#[inline]
+#[inline(always)]
 fn typed<R>(ip: IpAddr, v6_prefix: u8, f: impl FnOnce(Option<TypedKey<'_>>) -> R) -> R {
     match ipv4_of(ip) {
         Some(v4) => f(Some(TypedKey::Ipv4(v4))),
@@ -176,7 +176,7 @@ impl KeyExtractor for PeerIp {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn with_typed_key<R>(
         &self,
         request: RequestParts<'_>,

@@ -77,7 +77,7 @@ impl<'a> RequestParts<'a> {
 
     /// The TCP peer's address, from a [`SocketAddr`] extension or (with the
     /// `axum` feature) axum's `ConnectInfo<SocketAddr>`.
-    #[inline]
+    #[inline(always)]
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         #[cfg(feature = "axum")]
         if let Some(info) = self

@@ -79,6 +79,7 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
 impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
     /// Decided at once: the inner service is already called, and `fields`
     /// go on its response.
+    #[inline(always)]
     pub(super) fn calling(future: S::Future, fields: Option<Fields>) -> Self {
         ResponseFuture {
             state: State::Calling {

@@ -210,7 +210,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
 
 /// How a decision the backend reached at once starts; `None` when the
 /// backend failed, for the asynchronous path to apply the failure policy.
-#[inline]
+#[inline(always)]
 fn now(result: lock_core::Result<Admission>) -> Option<Start> {
     match result {
         Ok(Admission::Allowed) => Some(Start::Now(Now::Allowed)),

@@ -579,6 +579,7 @@ impl RateBackend for MemoryBackend {
         Some(Ok(self.inner.rates.check_ipv4(scope, ip, policy, cost)))
     }
 
+    #[inline]
     fn admit_ipv4_now(
         limiter: &RateLimiter<Self>,
         ip: Ipv4Addr,
