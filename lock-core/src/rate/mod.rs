@@ -297,7 +297,7 @@ impl<B: RateBackend> RateLimiter<B> {
             // Whether the key fits depends on its text: write it out.
             return self.check_cost_now(&ip.to_string(), cost);
         }
-        if let Err(e) = self.policy.check_cost(cost) {
+        if let Err(e) = self.admissible_cost(cost) {
             return Some(Err(e));
         }
         self.backend
@@ -338,7 +338,7 @@ impl<B: RateBackend> RateLimiter<B> {
             let decided = self.check_cost_now(&ip.to_string(), cost)?;
             return Some(decided.map(Admission::Decided));
         }
-        if let Err(e) = self.check_cost_inline(cost) {
+        if let Err(e) = self.admissible_cost(cost) {
             return Some(Err(e));
         }
         B::admit_ipv4_now(self, ip, cost, figures)
@@ -354,9 +354,9 @@ impl<B: RateBackend> RateLimiter<B> {
     }
 
     /// [`Policy::check_cost`], from the limiter's own copy of a one-quota
-    /// GCRA limit when it has one.
+    /// GCRA limit when it has one (no read of the policy's quotas).
     #[inline]
-    fn check_cost_inline(&self, cost: u32) -> Result<()> {
+    fn admissible_cost(&self, cost: u32) -> Result<()> {
         match &self.single_gcra {
             Some(single) if cost <= single.limit => Ok(()),
             _ => self.policy.check_cost(cost),

@@ -8,13 +8,13 @@
 //! for each other, and every quota of one caller is in one shard, so a
 //! policy of several quotas is still decided under one lock.
 
-use parking_lot::{Mutex, MutexGuard};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use arrayvec::ArrayVec;
 use compact_str::CompactString;
 use hashbrown::HashTable;
+use parking_lot::{Mutex, MutexGuard};
 use quanta::{Clock, Instant};
 
 mod algorithm;
