@@ -334,14 +334,22 @@ impl<B: RateBackend> RateLimiter<B> {
         figures: bool,
     ) -> Option<Result<Admission>> {
         if !self.every_ipv4_key_fits() {
-            // Whether the key fits depends on its text: write it out.
-            let decided = self.check_cost_now(&ip.to_string(), cost)?;
-            return Some(decided.map(Admission::Decided));
+            return self.admit_ipv4_as_text(ip, cost);
         }
         if let Err(e) = self.admissible_cost(cost) {
             return Some(Err(e));
         }
         B::admit_ipv4_now(self, ip, cost, figures)
+    }
+
+    /// [`admit_ipv4_now`](Self::admit_ipv4_now) for a scope so long that
+    /// whether the key fits depends on the address's text: written out, out
+    /// of the common path.
+    #[cold]
+    #[inline(never)]
+    fn admit_ipv4_as_text(&self, ip: Ipv4Addr, cost: u32) -> Option<Result<Admission>> {
+        let decided = self.check_cost_now(&ip.to_string(), cost)?;
+        Some(decided.map(Admission::Decided))
     }
 
     /// Whether `<scope>:<dotted quad>` fits in [`MAX_NAME_LEN`] bytes for

@@ -146,9 +146,12 @@ impl Probe<'_> {
         fn same(a: &str, b: &str) -> bool {
             std::ptr::eq(a, b) || a == b
         }
-        self.caller == stored.caller.borrow()
-            && same(self.scope, stored.scope.as_str())
-            && same(self.suffix, &stored.suffix)
+        let caller = match (self.caller, &stored.caller) {
+            (CallerRef::V4(probe), Caller::V4(stored)) => probe == *stored,
+            (CallerRef::Text(probe), Caller::Text(stored)) => probe == stored.as_str(),
+            _ => false,
+        };
+        caller && same(self.scope, stored.scope.as_str()) && same(self.suffix, &stored.suffix)
     }
 }
 
