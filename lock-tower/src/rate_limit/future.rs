@@ -28,6 +28,7 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
         verdict: BoxFuture<'static, Verdict>,
         request: Option<Request<ReqBody>>,
         inner: Option<S>,
+        add_headers: AddHeaders,
     },
     Calling {
         #[pin]
@@ -49,7 +50,6 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
 pub struct ResponseFuture<S: Service<Request<ReqBody>>, ReqBody> {
     #[pin]
     state: State<S, ReqBody>,
-    add_headers: Option<AddHeaders>,
 }
 
 impl<S: Service<Request<ReqBody>>, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody> {
@@ -70,8 +70,8 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
                 verdict,
                 request: Some(request),
                 inner: Some(inner),
+                add_headers,
             },
-            add_headers: Some(add_headers),
         }
     }
 }
@@ -86,7 +86,6 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
                 future,
                 fields: fields.map(Box::new),
             },
-            add_headers: None,
         }
     }
 
@@ -96,7 +95,6 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
             state: State::Ready {
                 response: Some(response),
             },
-            add_headers: None,
         }
     }
 }
@@ -116,6 +114,7 @@ where
                     verdict,
                     request,
                     inner,
+                    add_headers,
                 } => {
                     let decision = match ready!(verdict.as_mut().poll(cx)) {
                         Verdict::Allow(decision) => decision,
@@ -127,27 +126,26 @@ where
                     let (Some(request), Some(mut inner)) = (request.take(), inner.take()) else {
                         unreachable!("a deciding future holds its request and service");
                     };
-                    let fields = match (decision, this.add_headers.take()) {
-                        (Some(decision), Some(add)) => add.fields(&decision),
-                        _ => None,
-                    };
+                    let fields = decision.and_then(|decision| add_headers.fields(&decision));
                     let future = inner.call(request);
                     let fields = fields.map(Box::new);
                     this.state.set(State::Calling { future, fields });
                 }
                 StateProj::Calling { future, fields } => {
+                    // The state is left as it is: dropping the finished
+                    // future here would only do early what dropping this
+                    // one does anyway, and a future polled after it
+                    // finished is the inner future's to answer for.
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(fields) = fields.take() {
                         (*fields).insert_into(response.headers_mut());
                     }
-                    this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Ready { response } => {
                     let Some(response) = response.take() else {
                         panic!("ResponseFuture polled after completion");
                     };
-                    this.state.set(State::Done);
                     return Poll::Ready(Ok(response.map(ResBody::from)));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
