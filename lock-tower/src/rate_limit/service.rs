@@ -137,18 +137,21 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
                 // A backend that holds addresses as they are (in memory)
                 // decides without the key written out.
                 TypedKey::Ipv4(ip) => self.limiter.admit_ipv4_now(ip, cost, self.on_success),
-                TypedKey::Text(text) => self
-                    .limiter
-                    .check_cost_now(text, cost)
-                    .map(|decided| decided.map(Admission::Decided)),
+                TypedKey::Text(text) => self.check_text_now(text, cost),
             };
             // A backend that waits, or one that failed: the failure policy
             // applies on the asynchronous path.
-            decided.and_then(now).unwrap_or_else(|| Start::Ask {
-                key: key.to_text(),
-                cost,
-            })
+            decided.and_then(now).unwrap_or_else(|| ask(key, cost))
         })
+    }
+
+    /// A text key decided at once, if the backend can: out of line, so that
+    /// the path of an IPv4 key stays short.
+    #[inline(never)]
+    fn check_text_now(&self, key: &str, cost: u32) -> Option<lock_core::Result<Admission>> {
+        self.limiter
+            .check_cost_now(key, cost)
+            .map(|decided| decided.map(Admission::Decided))
     }
 
     /// The verdict of a decision reached without waiting.
@@ -215,12 +218,33 @@ fn now(result: lock_core::Result<Admission>) -> Option<Start> {
     match result {
         Ok(Admission::Allowed) => Some(Start::Now(Now::Allowed)),
         Ok(Admission::Decided(decision)) => Some(Start::Now(Now::Decided(decision))),
-        Err(Error::InvalidName { .. }) => Some(Start::Now(Now::NoKey)),
-        Err(error) if !error.is_backend_failure() => {
+        Err(error) => failed(error),
+    }
+}
+
+/// A decision to ask the backend for, with the key copied out of the
+/// request. Out of line: a backend that waits pays a round trip anyway,
+/// and the path of a decision reached at once stays short.
+#[inline(never)]
+fn ask(key: TypedKey<'_>, cost: u32) -> Start {
+    Start::Ask {
+        key: key.to_text(),
+        cost,
+    }
+}
+
+/// How a decision the backend could not reach at once starts: out of the
+/// common path.
+#[cold]
+#[inline(never)]
+fn failed(error: Error) -> Option<Start> {
+    match error {
+        Error::InvalidName { .. } => Some(Start::Now(Now::NoKey)),
+        error if !error.is_backend_failure() => {
             tracing::error!(%error, "rate limit cannot decide");
             Some(Start::Now(Now::Misconfigured))
         }
-        Err(_) => None,
+        _ => None,
     }
 }
 
