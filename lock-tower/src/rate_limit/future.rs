@@ -136,6 +136,10 @@ where
                     // future here would only do early what dropping this
                     // one does anyway, and a future polled after it
                     // finished is the inner future's to answer for.
+                    if fields.is_none() {
+                        // Nothing to add: the inner future's answer as is.
+                        return future.poll(cx);
+                    }
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(fields) = fields.take() {
                         (*fields).insert_into(response.headers_mut());
