@@ -179,7 +179,9 @@ struct Shard {
     map: Mutex<Map>,
 }
 
-/// Rate-limit state of one [`MemoryBackend`].
+/// Rate-limit state of one [`MemoryBackend`]. Aligned to a cache line, so
+/// that a decision reads its fields from two lines rather than three.
+#[repr(align(64))]
 pub(crate) struct RateTable {
     shards: Box<[Shard]>,
     /// Keys come from clients (IP addresses, user ids): the hasher is keyed
@@ -429,9 +431,12 @@ impl RateTable {
         let hash = self.hash(caller);
         let now = self.now_us();
         let mut map = self.lock(hash, now);
+        // `find_mut` would compare through a `dyn` closure, called apart
+        // from this path; the iterator over the hash's candidates inlines.
         let found = map
             .entries
-            .find_mut(hash, |(stored, _)| probe.matches(stored));
+            .iter_hash_mut(hash)
+            .find(|(stored, _)| probe.matches(stored));
         let live = found
             .as_ref()
             .map(|(_, e)| *e)
@@ -504,8 +509,11 @@ impl RateTable {
         });
     }
 
-    /// Stores a new entry, evicting first if its shard is full.
+    /// Stores a new entry, evicting first if its shard is full. Out of
+    /// line: a caller seen before (the common case) needs none of its
+    /// stack or code.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn insert(
         &self,
         map: &mut Map,
