@@ -56,22 +56,26 @@ impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
 /// clones the service, and so bumps the counts, on every request, and the
 /// worker threads reading this state would otherwise lose the line to one
 /// another each time.
-#[repr(align(128))]
+///
+/// In C's layout, so that the fields every request reads come first, in
+/// the first two lines (a limiter of the memory backend fills one line),
+/// and those read only on refusals, failures or with fields after them.
+#[repr(C, align(128))]
 pub(crate) struct Shared<B, K> {
     pub(super) limiter: RateLimiter<B>,
+    pub(super) cost: Option<CostFn>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) on_success: bool,
+    pub(super) key: K,
     /// The local limiter a `Fallback` policy decides with.
     pub(super) fallback: Option<RateLimiter<MemoryBackend>>,
-    pub(super) key: K,
-    pub(super) cost: Option<CostFn>,
     pub(super) refusal: Option<RefusalFn>,
     pub(super) on_failure: OnBackendFailure,
     pub(super) missing_key: MissingKey,
     pub(super) timeout: Duration,
     pub(super) legacy: bool,
-    pub(super) on_success: bool,
     pub(super) policy_value: HeaderValue,
     pub(super) labels: Vec<String>,
-    pub(super) metrics: Arc<Metrics>,
 }
 
 impl<B: Clone, K: Clone> Clone for Shared<B, K> {
