@@ -294,8 +294,7 @@ impl<B: RateBackend> RateLimiter<B> {
     /// ```
     pub fn check_ipv4_cost_now(&self, ip: Ipv4Addr, cost: u32) -> Option<Result<Decision>> {
         if !self.every_ipv4_key_fits() {
-            // Whether the key fits depends on its text: write it out.
-            return self.check_cost_now(&ip.to_string(), cost);
+            return self.check_ipv4_as_text(ip, cost);
         }
         if let Err(e) = self.admissible_cost(cost) {
             return Some(Err(e));
@@ -334,7 +333,9 @@ impl<B: RateBackend> RateLimiter<B> {
         figures: bool,
     ) -> Option<Result<Admission>> {
         if !self.every_ipv4_key_fits() {
-            return self.admit_ipv4_as_text(ip, cost);
+            return self
+                .check_ipv4_as_text(ip, cost)
+                .map(|decided| decided.map(Admission::Decided));
         }
         if let Err(e) = self.admissible_cost(cost) {
             return Some(Err(e));
@@ -342,14 +343,12 @@ impl<B: RateBackend> RateLimiter<B> {
         B::admit_ipv4_now(self, ip, cost, figures)
     }
 
-    /// [`admit_ipv4_now`](Self::admit_ipv4_now) for a scope so long that
-    /// whether the key fits depends on the address's text: written out, out
-    /// of the common path.
+    /// An IPv4 check for a scope so long that whether the key fits depends
+    /// on the address's text: written out, out of the common path.
     #[cold]
     #[inline(never)]
-    fn admit_ipv4_as_text(&self, ip: Ipv4Addr, cost: u32) -> Option<Result<Admission>> {
-        let decided = self.check_cost_now(&ip.to_string(), cost)?;
-        Some(decided.map(Admission::Decided))
+    fn check_ipv4_as_text(&self, ip: Ipv4Addr, cost: u32) -> Option<Result<Decision>> {
+        self.check_cost_now(&ip.to_string(), cost)
     }
 
     /// Whether `<scope>:<dotted quad>` fits in [`MAX_NAME_LEN`] bytes for
@@ -450,6 +449,11 @@ mod tests {
             assert!(
                 matches!(address, Err(Error::InvalidName { .. })),
                 "{address:?}"
+            );
+            let admitted = limiter.admit_ipv4_now(long, 1, false).unwrap();
+            assert!(
+                matches!(admitted, Err(Error::InvalidName { .. })),
+                "{admitted:?}"
             );
         }
         // A cost no quota allows is refused before any key is looked at.
