@@ -98,9 +98,11 @@ async fn a_crashed_fair_waiter_is_pruned() {
     let options = LockOptions::new().lease(Duration::from_secs(30)).fair(true);
     let lock = Lock::with_options(backend, "line", options).expect("valid");
     let holder = lock.try_lock().await.expect("backend").expect("free");
-    // A waiter in another process joins the line, then dies in it.
+    // A waiter in another process joins the line, then dies in it. It asks
+    // for a 30 s lease: the release hands the lock to it (its place in line
+    // has not lapsed yet), but only for its 3 s slot until it confirms.
     let mut crashed = tokio::process::Command::new(WORKER)
-        .args(["hold", &server.url(), "line", "600", "fair"])
+        .args(["hold", &server.url(), "line", "30000", "fair"])
         .kill_on_drop(true)
         .spawn()
         .expect("cannot start lock-worker");
@@ -123,11 +125,160 @@ async fn a_crashed_fair_waiter_is_pruned() {
     assert!(holder.release().await.expect("backend"));
     let got = next.await.expect("join").expect("backend");
     assert!(got.is_some());
-    // The dead waiter holds its place for at most FAIR_SLOT (3 s).
+    // The dead waiter holds the line, or the lock handed to it, for at most
+    // FAIR_SLOT (3 s).
     assert!(
         released.elapsed() < Duration::from_secs(5),
         "the dead waiter blocked the line for {:?}",
         released.elapsed()
+    );
+}
+
+/// The fair lock's key and its queue's, as the Redis backend names them.
+fn fair_keys(name: &str) -> (String, String) {
+    (
+        format!("lock:{{{name}}}:flock"),
+        format!("lock:{{{name}}}:flock:queue"),
+    )
+}
+
+async fn line_length_reaches(server: &RedisServer, queue: &str, n: usize) -> bool {
+    lock_tests::eventually(Duration::from_secs(5), async || {
+        let len: usize = server.connection().llen(queue).expect("LLEN");
+        len == n
+    })
+    .await
+}
+
+/// A server, a backend connected to it directly, and one connected through
+/// a proxy 150 ms away each way (keep the proxy alive while it is used).
+async fn near_and_far() -> (RedisServer, DelayProxy, RedisBackend, RedisBackend) {
+    let (server, near) = redis_backend().await;
+    let proxy = DelayProxy::to_server(&server, Duration::from_millis(150));
+    let far = RedisBackend::connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    (server, proxy, near, far)
+}
+
+/// Waits until the first fair waiter of `name` listens on its channel, then
+/// for the attempt it makes once subscribed (at most 300 ms through a 150 ms
+/// proxy) to be answered, so that it is waiting: its next attempt is a second
+/// away.
+async fn far_waiter_listens(server: &RedisServer, name: &str) {
+    let pattern = format!("lock:{{{name}}}:flock:wake:*");
+    let listening = lock_tests::eventually(Duration::from_secs(5), async || {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(&pattern)
+            .query(&mut server.connection())
+            .expect("PUBSUB CHANNELS");
+        !channels.is_empty()
+    })
+    .await;
+    assert!(listening, "{name}: the waiter never subscribed");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+}
+
+/// A fair lock's release hands the lock to the first waiter in the same
+/// script: the lock is the waiter's before the waiter hears of it. Here the
+/// waiter is 150 ms away each way (a delay proxy). The lock key names it as
+/// soon as the holder's release returns; the waiter holds it from the
+/// handoff message alone (under the 3 s claim, its lease not yet confirmed:
+/// a waiter that took it by an attempt of its own would count on its whole
+/// lease at once); its fencing token follows the holder's; and its lease is
+/// then confirmed, for a fixed lease and for a watchdog's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_release_hands_the_lock_to_the_first_waiter() {
+    let (server, _proxy, backend, far) = near_and_far().await;
+    let claim = lock_core::lock::FAIR_SLOT;
+    let fair = LockOptions::new().fencing(true).fair(true);
+    for (name, options) in [
+        ("hand-fixed", fair.lease(Duration::from_secs(10))),
+        ("hand-watchdog", fair.watchdog(Duration::from_secs(30))),
+    ] {
+        let (key, queue) = fair_keys(name);
+        let near = Lock::with_options(backend.clone(), name, options).expect("valid");
+        let far = Lock::with_options(far.clone(), name, options).expect("valid");
+        let holder = near.try_lock().await.expect("backend").expect("free");
+        let waiter = tokio::spawn(async move { far.lock(Duration::from_secs(10)).await });
+        assert!(
+            line_length_reaches(&server, &queue, 1).await,
+            "{name}: nobody in line"
+        );
+        far_waiter_listens(&server, name).await;
+        let (holder_token, holder_fence) = (holder.token().to_owned(), holder.fencing_token());
+        assert!(holder.release().await.expect("backend"));
+        let now: Option<String> = server.connection().get(&key).expect("GET");
+        let now = now.unwrap_or_else(|| panic!("{name}: the release left the lock free"));
+        assert_ne!(now, holder_token);
+        let guard = waiter
+            .await
+            .expect("join")
+            .expect("backend")
+            .unwrap_or_else(|| panic!("{name}: the waiter never got the lock"));
+        assert!(
+            guard.valid_for() <= claim,
+            "{name}: valid for {:?} before its lease was confirmed",
+            guard.valid_for()
+        );
+        assert_eq!(guard.token(), now);
+        assert!(
+            guard.fencing_token() > holder_fence,
+            "{name}: fencing token did not grow"
+        );
+        let confirmed = lock_tests::eventually(Duration::from_secs(5), async || {
+            let ttl: i64 = server.connection().pttl(&key).expect("PTTL");
+            ttl > 5_000 && guard.valid_for() > claim
+        })
+        .await;
+        assert!(confirmed, "{name}: the lease was never confirmed");
+        assert!(guard.release().await.expect("backend"));
+    }
+}
+
+/// A waiter cancelled after the lock was handed to it, but before it heard
+/// so, gives the lock on to the next in line at once (its clean-up releases
+/// it), not when the 3 s claim runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_handed_to_a_cancelled_waiter_goes_to_the_next() {
+    let (server, _proxy, backend, far) = near_and_far().await;
+    let name = "hand-cancel";
+    let (key, queue) = fair_keys(name);
+    let options = LockOptions::new().lease(Duration::from_secs(30)).fair(true);
+    let near = Lock::with_options(backend, name, options).expect("valid");
+    let far = Lock::with_options(far, name, options).expect("valid");
+    let holder = near.try_lock().await.expect("backend").expect("free");
+    let cancelled = tokio::spawn(async move { far.lock(Duration::from_secs(10)).await });
+    assert!(
+        line_length_reaches(&server, &queue, 1).await,
+        "the far waiter never joined"
+    );
+    far_waiter_listens(&server, name).await;
+    let next = {
+        let near = near.clone();
+        tokio::spawn(async move { near.lock(Duration::from_secs(10)).await })
+    };
+    assert!(
+        line_length_reaches(&server, &queue, 2).await,
+        "the next waiter never joined"
+    );
+    let holder_token = holder.token().to_owned();
+    assert!(holder.release().await.expect("backend"));
+    let handed: Option<String> = server.connection().get(&key).expect("GET");
+    assert!(
+        handed.is_some_and(|token| token != holder_token),
+        "the release did not hand the lock over"
+    );
+    // The message is still on its way to the far waiter.
+    cancelled.abort();
+    let started = Instant::now();
+    let got = next.await.expect("join").expect("backend");
+    assert!(got.is_some(), "the next waiter never got the lock");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the next waiter waited {:?}: the cancelled waiter kept the lock",
+        started.elapsed()
     );
 }
 

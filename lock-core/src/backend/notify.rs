@@ -5,7 +5,8 @@
 //! Each name has a generation counter in a `watch` channel. A waiter marks the
 //! current generation as seen *before* it tries to acquire, then waits for the
 //! generation to change; so a wake-up that lands between the attempt and the
-//! wait is never lost.
+//! wait is never lost. A wake-up may also say that the lock was handed over
+//! to the waiter (a fair lock's release gives it to the head of the line).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,9 +15,27 @@ use tokio::sync::watch;
 
 use super::shrink_swept;
 
+/// What a waiter's channel last said.
+#[derive(Clone, Copy, Default)]
+struct Signal {
+    /// Bumped on every wake-up.
+    generation: u64,
+    /// Set when the lock was handed over: its fencing token, 0 for none.
+    handed: Option<u64>,
+}
+
+impl Signal {
+    fn bump(&mut self, handed: Option<u64>) {
+        self.generation = self.generation.wrapping_add(1);
+        if handed.is_some() {
+            self.handed = handed;
+        }
+    }
+}
+
 struct Entry {
     refs: usize,
-    tx: watch::Sender<u64>,
+    tx: watch::Sender<Signal>,
 }
 
 /// Registry of local waiters, keyed by an arbitrary string (a name or a channel).
@@ -31,7 +50,7 @@ impl Waiters {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = map.entry(key.to_owned()).or_insert_with(|| Entry {
             refs: 0,
-            tx: watch::channel(0).0,
+            tx: watch::channel(Signal::default()).0,
         });
         entry.refs += 1;
         WaitHandle {
@@ -43,11 +62,19 @@ impl Waiters {
 
     /// Wakes every waiter registered for `key`.
     pub(crate) fn wake(&self, key: &str) {
+        self.signal(key, None);
+    }
+
+    /// Wakes the waiter registered for `key` and tells it that the lock is
+    /// now its own, with fencing token `fence` (0 for none).
+    pub(crate) fn hand_over(&self, key: &str, fence: u64) {
+        self.signal(key, Some(fence));
+    }
+
+    fn signal(&self, key: &str, handed: Option<u64>) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = map.get(key) {
-            entry
-                .tx
-                .send_modify(|generation| *generation = generation.wrapping_add(1));
+            entry.tx.send_modify(|signal| signal.bump(handed));
         }
     }
 
@@ -55,9 +82,7 @@ impl Waiters {
     pub(crate) fn wake_all(&self) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         for entry in map.values() {
-            entry
-                .tx
-                .send_modify(|generation| *generation = generation.wrapping_add(1));
+            entry.tx.send_modify(|signal| signal.bump(None));
         }
     }
 
@@ -90,7 +115,7 @@ impl Waiters {
 
 /// One waiter's registration.
 pub(crate) struct WaitHandle {
-    rx: watch::Receiver<u64>,
+    rx: watch::Receiver<Signal>,
     key: String,
     waiters: Waiters,
 }
@@ -99,6 +124,12 @@ impl WaitHandle {
     /// Marks every wake-up so far as seen.
     pub(crate) fn mark_seen(&mut self) {
         self.rx.borrow_and_update();
+    }
+
+    /// The fencing token (0 for none) of the lock, if it was handed over to
+    /// this waiter.
+    pub(crate) fn handed(&self) -> Option<u64> {
+        self.rx.borrow().handed
     }
 
     /// Waits for a wake-up after the last [`mark_seen`](Self::mark_seen).
@@ -130,6 +161,34 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), handle.changed())
             .await
             .expect("wake-up was lost");
+    }
+
+    #[tokio::test]
+    async fn a_handoff_wakes_and_stays_with_the_waiter() {
+        async fn woken(handle: &mut WaitHandle) -> bool {
+            tokio::time::timeout(Duration::from_secs(1), handle.changed())
+                .await
+                .is_ok()
+        }
+        let waiters = Waiters::default();
+        let mut handle = waiters.register("k");
+        handle.mark_seen();
+        waiters.wake("k");
+        assert!(woken(&mut handle).await, "a plain wake-up was lost");
+        assert_eq!(handle.handed(), None);
+        handle.mark_seen();
+        waiters.hand_over("k", 7);
+        assert!(
+            woken(&mut handle).await,
+            "the handoff did not wake the waiter"
+        );
+        assert_eq!(handle.handed(), Some(7));
+        waiters.wake_all();
+        assert_eq!(
+            handle.handed(),
+            Some(7),
+            "a later wake-up took the handoff back"
+        );
     }
 
     #[tokio::test]

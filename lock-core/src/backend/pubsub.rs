@@ -166,7 +166,11 @@ impl Subscriber {
 async fn dispatch(inner: std::sync::Weak<Inner>, mut stream: redis::aio::PubSubStream, epoch: u64) {
     while let Some(msg) = stream.next().await {
         let Some(inner) = inner.upgrade() else { return };
-        inner.waiters.wake(msg.get_channel_name());
+        let channel = msg.get_channel_name();
+        match handed_fence(msg.get_payload_bytes()) {
+            Some(fence) => inner.waiters.hand_over(channel, fence),
+            None => inner.waiters.wake(channel),
+        }
     }
     let Some(inner) = inner.upgrade() else { return };
     tracing::debug!("lock pub/sub connection closed; waiters will resubscribe");
@@ -177,6 +181,15 @@ async fn dispatch(inner: std::sync::Weak<Inner>, mut stream: redis::aio::PubSubS
         }
     }
     inner.waiters.wake_all();
+}
+
+/// The fencing token of a `held:<fence>` message, which a fair lock's
+/// scripts send to the waiter they hand the lock to (0: no token asked for).
+fn handed_fence(payload: &[u8]) -> Option<u64> {
+    std::str::from_utf8(payload.strip_prefix(b"held:")?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// A local waiter's registration on one channel.
@@ -195,6 +208,12 @@ impl Subscription {
             handle.mark_seen();
         }
         result
+    }
+
+    /// The fencing token (0 for none) of the lock, if a message on the
+    /// channel handed it over to this waiter.
+    pub(crate) fn handed(&self) -> Option<u64> {
+        self.handle.as_ref()?.handed()
     }
 
     /// Waits for a message on the channel (or a reconnect).
@@ -216,6 +235,35 @@ impl Drop for Subscription {
             let subscriber = self.subscriber.clone();
             let channel = std::mem::take(&mut self.channel);
             runtime.spawn(async move { subscriber.unsubscribe_if_unused(channel).await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handed_fence;
+
+    #[test]
+    fn only_a_well_formed_handoff_message_hands_over() {
+        assert_eq!(handed_fence(b"held:0"), Some(0));
+        assert_eq!(
+            handed_fence(b"held:1732800000000001"),
+            Some(1_732_800_000_000_001)
+        );
+        for other in [
+            &b"wake"[..],
+            b"released",
+            b"held:",
+            b"held:-1",
+            b"held:1e15",
+            b"xheld:1",
+        ] {
+            assert_eq!(
+                handed_fence(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
         }
     }
 }

@@ -1,5 +1,5 @@
 -- Fair lock: taken only when free and this waiter is first in line.
--- KEYS[1..3] as in the prelude, KEYS[4] fencing counter
+-- KEYS[1..5] as in the prelude
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] "1" for a fencing token,
 -- ARGV[4] fencing counter TTL ms, ARGV[5] slot ms (how long a place in line
 -- is kept without a retry), ARGV[6] wake-up channel prefix
@@ -8,13 +8,27 @@
 local now = now_ms()
 prune(now)
 local token = ARGV[1]
+local holder = redis.call('GET', KEYS[1])
+if holder == token then
+  -- Handed over to us while this attempt was on its way, or its message was
+  -- lost. The lease counts from now, after the caller sent this attempt; the
+  -- counter's value is at least the token handed over with the lock.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[3] == '1' then
+    local fence = tonumber(redis.call('GET', KEYS[5]) or '')
+    if not fence then fence = next_fence(KEYS[5], ARGV[4]) end
+    return {1, fence}
+  end
+  return {1, 0}
+end
 local head = redis.call('LINDEX', KEYS[2], 0)
-local free = redis.call('EXISTS', KEYS[1]) == 0
+local free = not holder
 if free and (not head or head == token) then
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
   if head == token then redis.call('LPOP', KEYS[2]) end
   redis.call('ZREM', KEYS[3], token)
-  if ARGV[3] == '1' then return {1, next_fence(KEYS[4], ARGV[4])} end
+  redis.call('HDEL', KEYS[4], token)
+  if ARGV[3] == '1' then return {1, next_fence(KEYS[5], ARGV[4])} end
   return {1, 0}
 end
 if not redis.call('ZSCORE', KEYS[3], token) then
@@ -22,11 +36,13 @@ if not redis.call('ZSCORE', KEYS[3], token) then
 end
 local slot = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[3], now + slot, token)
-redis.call('PEXPIRE', KEYS[2], 2 * slot)
-redis.call('PEXPIRE', KEYS[3], 2 * slot)
+redis.call('HSET', KEYS[4], token, ARGV[2] .. ' ' .. ARGV[3])
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], 2 * slot) end
 if free then
-  -- The head has not come for it yet: nudge it.
-  wake_head(ARGV[6])
-  return {0, -1}
+  -- The head has not come for it yet: hand it over.
+  hand_over(ARGV[6], ARGV[4], ARGV[5])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local ttl = redis.call('PTTL', KEYS[1])
+-- Still free (the head was only woken): wait in line.
+if ttl == -2 then ttl = -1 end
+return {0, ttl}

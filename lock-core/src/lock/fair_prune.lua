@@ -1,15 +1,39 @@
 -- Shared prelude of the fair lock. KEYS[1] lock, KEYS[2] queue (list of
--- tokens), KEYS[3] deadlines (zset token -> ms). Waiters whose slot deadline
--- passed (crashed, or gone without leaving) are dropped from the queue.
+-- tokens), KEYS[3] deadlines (zset token -> ms), KEYS[4] terms (hash token ->
+-- "<lease ms> <1 when a fencing token is wanted, else 0>"), KEYS[5] fencing
+-- counter. Waiters whose slot deadline passed (crashed, or gone without
+-- leaving) are dropped from the queue.
 local function prune(now)
   local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   for _, t in ipairs(dead) do
     redis.call('LREM', KEYS[2], 0, t)
     redis.call('ZREM', KEYS[3], t)
+    redis.call('HDEL', KEYS[4], t)
   end
 end
--- Wakes only the head of the queue, on its own channel.
-local function wake_head(prefix)
+-- The lock is free: hands it to the head of the queue, with the fencing
+-- token the head asked for, and tells only the head, on its own channel:
+-- 'held:<fencing token>' (0 when none was asked for). The head then holds
+-- the lock without another round trip. The lock is set for the head's lease
+-- but at most `claim` ms (its slot), until the head confirms its lease: a
+-- head that crashed in line blocks the lock no longer than it blocked the
+-- line. A head without terms is only woken ('wake') and comes for the lock
+-- itself.
+local function hand_over(prefix, fence_ttl, claim)
   local head = redis.call('LINDEX', KEYS[2], 0)
-  if head then redis.call('PUBLISH', prefix .. head, 'wake') end
+  if not head then return end
+  local terms = redis.call('HGET', KEYS[4], head)
+  local lease, fencing
+  if terms then lease, fencing = string.match(terms, '^(%d+) ([01])$') end
+  if not lease then
+    redis.call('PUBLISH', prefix .. head, 'wake')
+    return
+  end
+  redis.call('SET', KEYS[1], head, 'PX', math.min(tonumber(lease), tonumber(claim)))
+  redis.call('LPOP', KEYS[2])
+  redis.call('ZREM', KEYS[3], head)
+  redis.call('HDEL', KEYS[4], head)
+  local fence = 0
+  if fencing == '1' then fence = next_fence(KEYS[5], fence_ttl) end
+  redis.call('PUBLISH', prefix .. head, string.format('held:%d', fence))
 end

@@ -1,6 +1,8 @@
 -- Releases the lock if we hold it, or else leaves the queue (a waiter that
--- gave up or was cancelled); then wakes the new head if the lock is free.
--- KEYS[1..3] as in the prelude; ARGV[1] token, ARGV[2] wake-up channel prefix
+-- gave up or was cancelled); then, if the lock is free, hands it to the new
+-- head.
+-- KEYS[1..5] as in the prelude; ARGV[1] token, ARGV[2] wake-up channel
+-- prefix, ARGV[3] fencing counter TTL ms, ARGV[4] claim ms (see hand_over)
 -- Returns 1 when the lock was ours and is released, else 0.
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -8,9 +10,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   released = 1
 elseif redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[2], 0, ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   prune(now_ms())
-  wake_head(ARGV[2])
+  hand_over(ARGV[2], ARGV[3], ARGV[4])
 end
 return released

@@ -40,6 +40,15 @@ impl<B: LockBackend> std::fmt::Debug for LockGuard<B> {
     }
 }
 
+/// When and for how long a lock was granted.
+pub(super) struct Granted {
+    /// Before the request that granted it.
+    pub(super) at: Instant,
+    /// Held for at most this long until the lease is confirmed (a lock
+    /// handed over to a waiter); `None` when granted for the whole lease.
+    pub(super) claim: Option<Duration>,
+}
+
 impl<B: LockBackend> LockGuard<B> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
@@ -49,14 +58,21 @@ impl<B: LockBackend> LockGuard<B> {
         token: Arc<str>,
         fence: Option<u64>,
         lease: Lease,
-        requested_at: Instant,
+        granted: Granted,
         drift: Duration,
     ) -> Self {
-        let state = Arc::new(LeaseState::new(
-            requested_at + lease.duration().saturating_sub(drift),
-        ));
-        let watchdog = match lease {
-            Lease::Watchdog(d) => Some(watchdog::spawn(
+        let full = lease.duration();
+        // Held for less than the lease until confirmed: confirm at once.
+        let confirm = granted.claim.is_some_and(|claim| claim < full);
+        let held_for = granted.claim.map_or(full, |claim| claim.min(full));
+        let state = Arc::new(LeaseState::new(granted.at + held_for.saturating_sub(drift)));
+        let renewal = match lease {
+            Lease::Watchdog(d) => Some((d, watchdog::Renewal::Periodic { at_once: confirm })),
+            Lease::Fixed(d) if confirm => Some((d, watchdog::Renewal::Once)),
+            Lease::Fixed(_) => None,
+        };
+        let watchdog = renewal.map(|(d, renewal)| {
+            watchdog::spawn(
                 backend.clone(),
                 watchdog::Target {
                     kind,
@@ -66,9 +82,9 @@ impl<B: LockBackend> LockGuard<B> {
                     drift,
                 },
                 state.clone(),
-            )),
-            Lease::Fixed(_) => None,
-        };
+                renewal,
+            )
+        });
         LockGuard {
             backend,
             kind,

@@ -12,7 +12,9 @@
 //!   ([`LockOptions::watchdog`], the default: 30 s renewed every 10 s while the
 //!   guard lives). [`LockGuard::lost`] completes when the lease is lost.
 //! * **Waiting**: waiters are woken through pub/sub (one shared subscriber per
-//!   client); a missed wake-up costs at most the holder's remaining TTL.
+//!   client); a missed wake-up costs at most the holder's remaining TTL. A
+//!   fair lock on Redis is handed straight to its first waiter
+//!   ([`LockOptions::fair`]).
 //! * **Release**: [`LockGuard::release`] says whether we still owned the lock;
 //!   dropping the guard releases it in the background; a cancelled
 //!   [`Lock::lock`] that may have taken the lock cleans up the same way.
@@ -54,6 +56,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use self::fencing::{Fence, StaleToken};
+use self::guard::Granted;
 pub use self::guard::LockGuard;
 pub use self::memory::MemoryWaiter;
 pub use self::redis::RedisWaiter;
@@ -199,6 +202,34 @@ pub trait ReleaseWaiter: Send + 'static {
     fn arm(&mut self) -> impl Future<Output = ()> + Send;
     /// Waits for a release at most `max`.
     fn wait(&mut self, max: Duration) -> impl Future<Output = ()> + Send;
+
+    /// Whether the lock was handed over to this waiter while it waited (on
+    /// Redis, a fair lock's release gives the lock to the first in line and
+    /// says so on that waiter's channel). The waiter then holds the lock
+    /// without another attempt. The default: never.
+    fn handed_over(&self) -> Option<Handoff> {
+        None
+    }
+}
+
+/// A lock handed over to a waiter by the store ([`ReleaseWaiter::handed_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Handoff {
+    /// The fencing token, when one was asked for.
+    pub fence: Option<u64>,
+    /// How long the lock is held for the waiter at the least, counted from
+    /// the waiter's last attempt, until it confirms its lease (an
+    /// [`extend`](LockBackend::extend), which the guard sends at once when
+    /// its lease is longer).
+    pub claim: Duration,
+}
+
+impl Handoff {
+    /// A handoff with fencing token `fence` and `claim` (see the fields).
+    pub const fn new(fence: Option<u64>, claim: Duration) -> Self {
+        Handoff { fence, claim }
+    }
 }
 
 /// How long a lock is held.
@@ -271,6 +302,16 @@ impl LockOptions {
     /// A fair [`Lock`]: waiters get it in arrival order, and a release wakes
     /// only the first of them. A waiter that gives up or is cancelled leaves
     /// the line at once; a crashed one is dropped after [`FAIR_SLOT`].
+    ///
+    /// On Redis a release hands the lock straight to the first waiter, with
+    /// the fencing token it asked for, and tells it so on its own channel: it
+    /// holds the lock one message after the release, with no attempt of its
+    /// own. The lock is set for the waiter's lease but at most [`FAIR_SLOT`]
+    /// until the waiter confirms its lease (its guard extends it at once, in
+    /// the background), so a waiter that crashed while first in line blocks
+    /// the lock no longer than it blocked the line. The guard counts the lease
+    /// from the waiter's last attempt, which came before the handoff, so it
+    /// never counts on more lease than it has.
     pub const fn fair(mut self, on: bool) -> Self {
         self.fair = on;
         self
@@ -433,20 +474,23 @@ impl<B: LockBackend> Lock<B> {
                 }
                 Err(error) => return Err(error),
             };
+            let held = |fence, claim| {
+                let drift = self.backend.clock_drift(lease);
+                Some(LockGuard::new(
+                    self.backend.clone(),
+                    self.kind,
+                    self.name.clone(),
+                    token.clone(),
+                    fence,
+                    self.options.lease,
+                    Granted { at: started, claim },
+                    drift,
+                ))
+            };
             match attempt {
                 Attempt::Acquired { fence } => {
                     cleanup.armed = false;
-                    let drift = self.backend.clock_drift(lease);
-                    return Ok(Some(LockGuard::new(
-                        self.backend.clone(),
-                        self.kind,
-                        self.name.clone(),
-                        token.clone(),
-                        fence,
-                        self.options.lease,
-                        started,
-                        drift,
-                    )));
+                    return Ok(held(fence, None));
                 }
                 Attempt::Busy { retry_in } => {
                     cleanup.armed = self.kind == Kind::Fair;
@@ -476,6 +520,13 @@ impl<B: LockBackend> Lock<B> {
                                 max = max.min(FAIR_REFRESH);
                             }
                             waiter.wait(max).await;
+                            // Handed over while we waited: after this
+                            // attempt was answered, so the claim counts from
+                            // `started` at the earliest.
+                            if let Some(handoff) = waiter.handed_over() {
+                                cleanup.armed = false;
+                                return Ok(held(handoff.fence, Some(handoff.claim)));
+                            }
                         }
                     }
                 }

@@ -7,7 +7,7 @@ use rand::Rng;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, ReleaseWaiter};
+use super::{AcquireRequest, Attempt, FAIR_SLOT, Handoff, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::{RedisBackend, Subscription};
 use crate::error::{Error, Result};
 use crate::key::Name;
@@ -86,7 +86,9 @@ where
         invocation
             .key(self.key(name, "flock"))
             .key(self.key(name, "flock:queue"))
-            .key(self.key(name, "flock:deadlines"));
+            .key(self.key(name, "flock:deadlines"))
+            .key(self.key(name, "flock:terms"))
+            .key(self.key(name, "fence"));
         invocation
     }
 
@@ -171,7 +173,6 @@ where
 
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
         let name = request.name;
-        let fence_key = self.key(name, "fence");
         let fencing = if request.fencing { "1" } else { "0" };
         let lease = millis(request.lease);
         let (taken, value): (i64, i64) = match request.kind {
@@ -184,7 +185,7 @@ where
                 let mut invocation = script.prepare_invoke();
                 invocation
                     .key(self.lock_keys(request.kind, name).lock)
-                    .key(fence_key)
+                    .key(self.key(name, "fence"))
                     .arg(request.token)
                     .arg(lease)
                     .arg(fencing)
@@ -197,7 +198,6 @@ where
             Kind::Fair => {
                 let mut invocation = self.fair_invocation(&FAIR_ACQUIRE, name);
                 invocation
-                    .key(fence_key)
                     .arg(request.token)
                     .arg(lease)
                     .arg(fencing)
@@ -238,7 +238,11 @@ where
         let released: i64 = match kind {
             Kind::Fair => {
                 let mut invocation = self.fair_invocation(&FAIR_RELEASE, name);
-                invocation.arg(token).arg(self.fair_channel_prefix(name));
+                invocation
+                    .arg(token)
+                    .arg(self.fair_channel_prefix(name))
+                    .arg(millis(FENCE_TTL))
+                    .arg(millis(FAIR_SLOT));
                 self.invoke(invocation).await?
             }
             _ => {
@@ -273,7 +277,10 @@ where
     async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
         let released: i64 = if kind == Kind::Fair {
             let mut invocation = self.fair_invocation(&FAIR_FORCE_RELEASE, name);
-            invocation.arg(self.fair_channel_prefix(name));
+            invocation
+                .arg(self.fair_channel_prefix(name))
+                .arg(millis(FENCE_TTL))
+                .arg(millis(FAIR_SLOT));
             self.invoke(invocation).await?
         } else {
             let keys = self.lock_keys(kind, name);
@@ -293,6 +300,7 @@ where
         RedisWaiter {
             subscription: self.subscription(channel),
             polling: true,
+            fair: kind == Kind::Fair,
         }
     }
 }
@@ -302,12 +310,15 @@ where
 pub struct RedisWaiter {
     subscription: Option<Subscription>,
     polling: bool,
+    /// Only a fair lock's scripts hand a lock over.
+    fair: bool,
 }
 
 impl std::fmt::Debug for RedisWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisWaiter")
             .field("polling", &self.polling)
+            .field("fair", &self.fair)
             .finish_non_exhaustive()
     }
 }
@@ -368,5 +379,14 @@ impl ReleaseWaiter for RedisWaiter {
         } else {
             tokio::time::sleep(jittered(max, POLL)).await;
         }
+    }
+
+    fn handed_over(&self) -> Option<Handoff> {
+        if !self.fair {
+            return None;
+        }
+        let fence = self.subscription.as_ref()?.handed()?;
+        // The scripts' `hand_over` sets the lock for at most the slot.
+        Some(Handoff::new((fence != 0).then_some(fence), FAIR_SLOT))
     }
 }

@@ -74,13 +74,27 @@ impl LeaseState {
     }
 }
 
-/// Renews the lease every `lease / 3` until aborted; marks it lost when the
+/// How a lease is renewed.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Renewal {
+    /// Every `lease / 3`.
+    Periodic {
+        /// Whether the first renewal goes out at once (a lock handed over
+        /// for less than its lease) rather than after a period.
+        at_once: bool,
+    },
+    /// Once, at once (a lock handed over for less than its fixed lease).
+    Once,
+}
+
+/// Renews the lease as `renewal` says until aborted; marks it lost when the
 /// lock turns out not to be ours or the lease runs out before a renewal
 /// succeeds. Failed renewals are retried sooner.
 pub(super) fn spawn<B: LockBackend>(
     backend: B,
     target: Target,
     state: std::sync::Arc<LeaseState>,
+    renewal: Renewal,
 ) -> AbortHandle {
     let Target {
         kind,
@@ -91,13 +105,19 @@ pub(super) fn spawn<B: LockBackend>(
     } = target;
     let period = lease / 3;
     tokio::spawn(async move {
-        let mut next = period;
+        let mut next = match renewal {
+            Renewal::Periodic { at_once: false } => period,
+            Renewal::Periodic { at_once: true } | Renewal::Once => Duration::ZERO,
+        };
         loop {
             tokio::time::sleep(next).await;
             let started = Instant::now();
             match backend.extend(kind, &name, &token, lease).await {
                 Ok(true) => {
                     state.renewed(started + lease.saturating_sub(drift));
+                    if matches!(renewal, Renewal::Once) {
+                        return;
+                    }
                     next = period;
                 }
                 Ok(false) => {
