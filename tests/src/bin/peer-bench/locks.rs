@@ -9,6 +9,7 @@ use lock_core::backend::RedisBackend;
 use lock_core::lock::{Lock, LockBackend, LockOptions};
 use lock_tests::RedisServer;
 use lock_tests::bench::Error;
+use lock_tests::latency::DelayProxy;
 
 use crate::{Scale, mean, micros, percentile, ratio_row};
 
@@ -73,9 +74,15 @@ pub(super) async fn lock_latency(scale: &Scale) -> Result<(), Error> {
     // Each handoff starts after 3 ms of idle, and a round trip after idle
     // costs more than one back to back (sleeping threads and vCPUs must be
     // woken), so a PING after the same idle is measured alongside.
+    // The fair lock's release hands the lock to the first waiter in the
+    // same script and tells it so: no attempt of the waiter's own follows.
     let waiter = Lock::with_options(backend.clone(), "handoff", options)?;
-    let holder = Lock::with_options(backend, "handoff", options)?;
+    let holder = Lock::with_options(backend.clone(), "handoff", options)?;
+    let fair = options.fair(true);
+    let fair_waiter = Lock::with_options(backend.clone(), "fair-handoff", fair)?;
+    let fair_holder = Lock::with_options(backend, "fair-handoff", fair)?;
     let mut ours = Vec::with_capacity(scale.handoffs);
+    let mut ours_fair = Vec::with_capacity(scale.handoffs);
     let mut idle_pings = Vec::with_capacity(scale.handoffs);
     for _ in 0..scale.handoffs {
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -83,26 +90,82 @@ pub(super) async fn lock_latency(scale: &Scale) -> Result<(), Error> {
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         idle_pings.push(started.elapsed());
         ours.push(handoff(&holder, &waiter).await?);
+        ours_fair.push(handoff(&fair_holder, &fair_waiter).await?);
     }
     let urls = [server.url()];
     let mut theirs = rslock_handoffs(&urls, Duration::from_millis(10), scale.handoffs).await?;
     let mut theirs_default =
         rslock_handoffs(&urls, Duration::from_millis(200), scale.handoffs / 5).await?;
-    for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
-        let (o, t, d) = (
-            percentile(&mut ours, q),
-            percentile(&mut theirs, q),
-            percentile(&mut theirs_default, q),
-        );
-        let ping = percentile(&mut idle_pings, q);
-        let reference = "one PING after the same 3 ms idle";
-        ratio_row(&format!("handoff {label}"), o, reference, ping);
-        for (reference, t) in [
-            ("rslock, retry delay 10 ms", t),
-            ("rslock, default retry delay 200 ms", d),
-        ] {
-            handoff_row(label, o, reference, t);
+    for (lock, ours) in [("", &mut ours), (", fair lock", &mut ours_fair)] {
+        for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+            let (o, t, d) = (
+                percentile(ours, q),
+                percentile(&mut theirs, q),
+                percentile(&mut theirs_default, q),
+            );
+            let label = format!("{label}{lock}");
+            let ping = percentile(&mut idle_pings, q);
+            let reference = "one PING after the same 3 ms idle";
+            ratio_row(&format!("handoff {label}"), o, reference, ping);
+            for (reference, t) in [
+                ("rslock, retry delay 10 ms", t),
+                ("rslock, default retry delay 200 ms", d),
+            ] {
+                handoff_row(&label, o, reference, t);
+            }
         }
+    }
+    handoffs_with_latency(&server, scale, options).await
+}
+
+/// Handoffs with every connection behind a [`DelayProxy`] (holder and waiter
+/// on one client, as two tasks of one service on another machine would be):
+/// there the plain lock's waiter, woken by the release, still needs a round
+/// trip of its own, and the fair lock's does not.
+async fn handoffs_with_latency(
+    server: &RedisServer,
+    scale: &Scale,
+    options: LockOptions,
+) -> Result<(), Error> {
+    let rounds = (scale.handoffs / 2).max(20);
+    println!(
+        "\nHandoff behind a delay proxy, which holds every chunk of bytes a fixed time each way (as a network between machines would), {rounds} handoffs per delay\n"
+    );
+    println!(
+        "| delay each way | one PING after the same 3 ms idle, p50 | plain lock, p50 | fair lock, p50 | fair / plain, p50 | rslock (retry delay 10 ms), p50 | plain / PING | fair / PING |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for one_way in [Duration::from_micros(100), Duration::from_micros(500)] {
+        let proxy = DelayProxy::to_server(server, one_way);
+        let backend = RedisBackend::connect(&proxy.url()).await?;
+        let mut conn = backend.connection();
+        let fair = options.fair(true);
+        let plain = Lock::with_options(backend.clone(), "far-handoff", options)?;
+        let fair = Lock::with_options(backend, "far-fair-handoff", fair)?;
+        let (mut pings, mut ours, mut ours_fair) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            let started = Instant::now();
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+            pings.push(started.elapsed());
+            ours.push(handoff(&plain, &plain).await?);
+            ours_fair.push(handoff(&fair, &fair).await?);
+        }
+        let mut theirs = rslock_handoffs(&[proxy.url()], Duration::from_millis(10), rounds).await?;
+        let [ping, o, f, t] = [&mut pings, &mut ours, &mut ours_fair, &mut theirs]
+            .map(|samples| percentile(samples, 0.5));
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        println!(
+            "| {} us | {} | {} | {} | {:.2}x | {} | {:.2}x | {:.2}x |",
+            one_way.as_micros(),
+            micros(ping),
+            micros(o),
+            micros(f),
+            ratio(f, o),
+            micros(t),
+            ratio(o, ping),
+            ratio(f, ping),
+        );
     }
     Ok(())
 }

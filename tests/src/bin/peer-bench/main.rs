@@ -12,7 +12,8 @@
 //! 1. decision throughput vs `redis-benchmark` on the same call;
 //! 2. lock latency: uncontended acquire+release vs two round trips
 //!    (`redis-benchmark -c 1`), and handoff (release -> next holder) for our
-//!    pub/sub wake-up vs `rslock` (retry polling);
+//!    pub/sub wake-up, and our fair lock's direct handoff, vs `rslock`
+//!    (retry polling);
 //! 3. Redlock over 5 servers: ours vs `rslock`, and vs our single server;
 //! 4. HTTP: axum with our layer (memory) vs `tower_governor`, our layer on
 //!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
