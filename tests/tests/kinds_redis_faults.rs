@@ -282,6 +282,65 @@ async fn a_fair_lock_handed_to_a_cancelled_waiter_goes_to_the_next() {
     );
 }
 
+/// A waiter whose handoff message never came (its pub/sub connection was
+/// cut just before the release) finds the lock its own at its next attempt,
+/// before the 3 s claim runs out: it holds it from then for its whole lease
+/// (set again by that attempt), with a fencing token above the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_that_missed_its_handoff_takes_it_at_its_next_attempt() {
+    let (server, _proxy, backend, far) = near_and_far().await;
+    let name = "hand-lost";
+    let (key, queue) = fair_keys(name);
+    let options = LockOptions::new()
+        .lease(Duration::from_secs(30))
+        .fencing(true)
+        .fair(true);
+    let near = Lock::with_options(backend, name, options).expect("valid");
+    let far = Lock::with_options(far, name, options).expect("valid");
+    let holder = near.try_lock().await.expect("backend").expect("free");
+    let waiter = tokio::spawn(async move { far.lock(Duration::from_secs(10)).await });
+    assert!(
+        line_length_reaches(&server, &queue, 1).await,
+        "the waiter never joined"
+    );
+    far_waiter_listens(&server, name).await;
+    // Only the far waiter's subscriber is a pub/sub client here.
+    let killed: usize = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.connection())
+        .expect("CLIENT KILL");
+    assert_eq!(killed, 1);
+    let holder_fence = holder.fencing_token();
+    assert!(holder.release().await.expect("backend"));
+    let released = Instant::now();
+    let guard = waiter
+        .await
+        .expect("join")
+        .expect("backend")
+        .expect("the waiter never got the lock");
+    let claim = lock_core::lock::FAIR_SLOT;
+    // About 0.9 s here (reconnect, subscribe and attempt, 300 ms each
+    // through the proxy), where the claim alone lapses after 3 s.
+    assert!(
+        released.elapsed() < Duration::from_millis(2500),
+        "took {:?}: the attempt did not see the lock was its own",
+        released.elapsed()
+    );
+    assert!(
+        guard.valid_for() > claim,
+        "valid for {:?}: taken from a message that was never sent to it",
+        guard.valid_for()
+    );
+    let ttl: i64 = server.connection().pttl(&key).expect("PTTL");
+    assert!(ttl > 25_000, "the attempt left the lock's TTL at {ttl} ms");
+    assert!(
+        guard.fencing_token() > holder_fence,
+        "fencing token did not grow"
+    );
+}
+
 async fn redlock(servers: &[RedisServer]) -> Redlock {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
