@@ -535,7 +535,8 @@ impl<B: LockBackend> Lock<B> {
     }
 
     /// Releases the lock whoever holds it (administrative unlock); says whether
-    /// it was held. The holder learns of it at its next renewal.
+    /// it was held. The holder learns of it at its next renewal. A fair lock
+    /// then goes to the first in line, as on a release.
     ///
     /// # Errors
     /// Backend failures and timeouts.
