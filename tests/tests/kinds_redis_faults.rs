@@ -282,6 +282,44 @@ async fn a_fair_lock_handed_to_a_cancelled_waiter_goes_to_the_next() {
     );
 }
 
+/// A forced unlock of a fair lock hands it to the first in line, as a
+/// release does; the old holder finds it gone at its next extend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_hands_a_fair_lock_to_the_first_waiter() {
+    let (server, backend) = redis_backend().await;
+    let name = "hand-forced";
+    let (key, queue) = fair_keys(name);
+    let options = LockOptions::new().lease(Duration::from_secs(30)).fair(true);
+    let lock = Lock::with_options(backend, name, options).expect("valid");
+    let holder = lock.try_lock().await.expect("backend").expect("free");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock(Duration::from_secs(10)).await })
+    };
+    assert!(
+        line_length_reaches(&server, &queue, 1).await,
+        "the waiter never joined"
+    );
+    assert!(lock.force_unlock().await.expect("backend"));
+    let now: Option<String> = server.connection().get(&key).expect("GET");
+    let now = now.expect("the forced unlock left the lock free");
+    assert_ne!(now, holder.token());
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .expect("join")
+        .expect("backend")
+        .expect("the waiter never got the lock");
+    assert_eq!(guard.token(), now);
+    assert!(
+        !holder
+            .extend(Duration::from_secs(30))
+            .await
+            .expect("backend")
+    );
+    assert!(holder.is_lost());
+}
+
 /// A waiter whose handoff message never came (its pub/sub connection was
 /// cut just before the release) finds the lock its own at its next attempt,
 /// before the 3 s claim runs out: it holds it from then for its whole lease
