@@ -34,7 +34,7 @@ mod quota;
 mod redis;
 
 use std::future::Future;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,6 +149,25 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
         cost: u32,
     ) -> Option<Result<Decision>> {
         let _ = (scope, ip, policy, cost);
+        None
+    }
+
+    /// As [`check_now`](Self::check_now) for the key that is the IPv6
+    /// network's text, `<network>/<prefix>` (`2001:db8:1:2::/64`), under
+    /// `scope`, for a backend that can hold a network without writing it out
+    /// (the in-memory backend); `None` otherwise (the default). It must
+    /// decide exactly as `check_now` would for that key. `prefix` is at most
+    /// 64, `network` has no bits set past it, and `scope` and the key
+    /// together fit in [`MAX_NAME_LEN`] bytes.
+    fn check_ipv6_network_now(
+        &self,
+        scope: &Name,
+        network: Ipv6Addr,
+        prefix: u8,
+        policy: &Policy,
+        cost: u32,
+    ) -> Option<Result<Decision>> {
+        let _ = (scope, network, prefix, policy, cost);
         None
     }
 
@@ -343,6 +362,69 @@ impl<B: RateBackend> RateLimiter<B> {
         B::admit_ipv4_now(self, ip, cost, figures)
     }
 
+    /// Like [`check_cost_now`](Self::check_cost_now) for the key of the
+    /// IPv6 network of `address` with `prefix` bits: `<network>/<prefix>`,
+    /// the network written as `Display` writes it (`2001:db8:1:2::/64`), the
+    /// same caller, without writing it out when the backend can hold it as
+    /// it is (in memory, for a prefix of at most 64). Key extractors that
+    /// group IPv6 addresses by prefix use it. A prefix above 128 counts as
+    /// 128.
+    ///
+    /// ```
+    /// use std::net::Ipv6Addr;
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    ///
+    /// let policy = Policy::new(Algorithm::Gcra)
+    ///     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+    /// let ip: Ipv6Addr = "2001:db8:1:2:aaaa::7".parse().unwrap();
+    /// assert!(limiter.check_ipv6_network_cost_now(ip, 64, 1).unwrap().unwrap().allowed);
+    /// // The network and its text are one caller.
+    /// assert!(!limiter.check_cost_now("2001:db8:1:2::/64", 1).unwrap().unwrap().allowed);
+    /// ```
+    pub fn check_ipv6_network_cost_now(
+        &self,
+        address: Ipv6Addr,
+        prefix: u8,
+        cost: u32,
+    ) -> Option<Result<Decision>> {
+        let prefix = prefix.min(128);
+        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+        let network = Ipv6Addr::from(u128::from(address) & mask);
+        if prefix > 64 || !self.every_ipv6_network_key_fits() {
+            return self.check_ipv6_network_as_text(network, prefix, cost);
+        }
+        if let Err(e) = self.admissible_cost(cost) {
+            return Some(Err(e));
+        }
+        self.backend
+            .check_ipv6_network_now(&self.scope, network, prefix, &self.policy, cost)
+    }
+
+    /// An IPv6 check for a prefix above 64, or a scope so long that whether
+    /// the key fits depends on its text: written out.
+    #[cold]
+    #[inline(never)]
+    fn check_ipv6_network_as_text(
+        &self,
+        network: Ipv6Addr,
+        prefix: u8,
+        cost: u32,
+    ) -> Option<Result<Decision>> {
+        self.check_cost_now(&format!("{network}/{prefix}"), cost)
+    }
+
+    /// Whether `<scope>:<network>/<prefix>` fits in [`MAX_NAME_LEN`] bytes
+    /// for every network of a prefix of at most 64.
+    #[inline]
+    fn every_ipv6_network_key_fits(&self) -> bool {
+        // `ffff:ffff:ffff:ffff::/64` and its colon.
+        const LONGEST: usize = 25;
+        self.scope.as_str().len() + LONGEST <= MAX_NAME_LEN
+    }
+
     /// An IPv4 check for a scope so long that whether the key fits depends
     /// on the address's text: written out, out of the common path.
     #[cold]
@@ -459,6 +541,46 @@ mod tests {
         // A cost no quota allows is refused before any key is looked at.
         assert!(matches!(
             limiter.check_ipv4_cost_now(short, 2),
+            Some(Err(Error::InvalidArgument { .. }))
+        ));
+    }
+
+    #[test]
+    fn network_keys_are_limited_like_their_text() {
+        use crate::backend::MemoryBackend;
+        use std::num::NonZeroU32;
+        let policy =
+            Policy::new(Algorithm::Gcra).quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+        let limiter = RateLimiter::new(MemoryBackend::new(), "v6", policy.clone()).unwrap();
+        let check = |ip: &str, prefix, text: &str| {
+            let ip: Ipv6Addr = ip.parse().unwrap();
+            let first = limiter.check_ipv6_network_cost_now(ip, prefix, 1).unwrap();
+            assert!(first.unwrap().allowed, "{ip}/{prefix}");
+            let again = limiter.check_cost_now(text, 1).unwrap();
+            assert!(!again.unwrap().allowed, "{text} is not the same caller");
+        };
+        // Host bits are dropped; the network is the key.
+        check("2001:db8:1:2:aaaa::7", 64, "2001:db8:1:2::/64");
+        check("2001:db8:1:3::", 48, "2001:db8:1::/48");
+        // Above 64 the key is written out, and is still the same caller.
+        check("2001:db8::1:2:3", 128, "2001:db8::1:2:3/128");
+        check("2001:db8::1:2:4", 200, "2001:db8::1:2:4/128");
+        // `<scope>:ffff:ffff:ffff:ffff::/64` is one byte too long here.
+        let scope = "s".repeat(MAX_NAME_LEN - 24);
+        let limiter = RateLimiter::new(MemoryBackend::new(), &scope, policy).unwrap();
+        let short: Ipv6Addr = "2001:db8::".parse().unwrap();
+        let allowed = limiter.check_ipv6_network_cost_now(short, 64, 1).unwrap();
+        assert!(allowed.unwrap().allowed);
+        let text = limiter.check_cost_now("2001:db8::/64", 1).unwrap();
+        assert!(!text.unwrap().allowed);
+        let long = Ipv6Addr::from(u128::MAX);
+        let refused = limiter.check_ipv6_network_cost_now(long, 64, 1).unwrap();
+        assert!(
+            matches!(refused, Err(Error::InvalidName { .. })),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            limiter.check_ipv6_network_cost_now(short, 64, 2),
             Some(Err(Error::InvalidArgument { .. }))
         ));
     }

@@ -8,7 +8,8 @@
 //! for each other, and every quota of one caller is in one shard, so a
 //! policy of several quotas is still decided under one lock.
 
-use std::net::Ipv4Addr;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, OnceLock};
 
 use arrayvec::ArrayVec;
@@ -46,11 +47,17 @@ struct Key {
 }
 
 /// A caller's key as stored. A key that is an IPv4 address's dotted quad is
-/// held as the address: the middleware can then decide for a peer address
-/// without writing it out, and the text key and the address reach the same
-/// entry (see [`CallerRef::of`]).
+/// held as the address, and one that is an IPv6 network of a /64 or a
+/// shorter prefix (`2001:db8:1:2::/64`) as the network: the middleware can
+/// then decide for a peer address without writing it out, and the text key
+/// and the address reach the same entry (see [`CallerRef::of`]).
 enum Caller {
     V4(u32),
+    /// The first 64 bits of the network (the rest are zero), and the prefix.
+    V6 {
+        network: u64,
+        prefix: u8,
+    },
     Text(CompactString),
 }
 
@@ -58,6 +65,7 @@ enum Caller {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CallerRef<'a> {
     V4(u32),
+    V6 { network: u64, prefix: u8 },
     Text(&'a str),
 }
 
@@ -66,6 +74,11 @@ impl<'a> CallerRef<'a> {
     /// dotted quad an [`Ipv4Addr`] displays as, the text otherwise. Every
     /// address displays as exactly one text, and that text alone parses
     /// here, so a key and its address are one caller.
+    ///
+    /// The same holds for IPv6 networks: a key that is a network's text as
+    /// `Display` writes the network's address, a slash and the prefix in
+    /// decimal (`2001:db8:1:2::/64`, no host bits set, a prefix of at most
+    /// 64), and that text alone, is the network.
     #[inline]
     fn of(key: &'a str) -> Self {
         // Most keys that are not addresses are told apart by their length.
@@ -75,6 +88,15 @@ impl<'a> CallerRef<'a> {
             .flatten();
         match v4 {
             Some(v4) => CallerRef::V4(v4),
+            None => Self::of_text(key),
+        }
+    }
+
+    /// A key that is not a dotted quad: an IPv6 network's text, or text.
+    #[inline(never)]
+    fn of_text(key: &'a str) -> Self {
+        match parse_v6_network(key) {
+            Some((network, prefix)) => CallerRef::V6 { network, prefix },
             None => CallerRef::Text(key),
         }
     }
@@ -83,9 +105,20 @@ impl<'a> CallerRef<'a> {
         CallerRef::V4(u32::from(ip))
     }
 
+    /// The caller whose key is `network`'s text with `prefix` (at most 64),
+    /// `network` having no bits set past the prefix.
+    fn of_ipv6_network(network: Ipv6Addr, prefix: u8) -> Self {
+        let first_half = u128::from(network) >> 64;
+        CallerRef::V6 {
+            network: u64::try_from(first_half).unwrap_or(u64::MAX),
+            prefix,
+        }
+    }
+
     fn to_owned(self) -> Caller {
         match self {
             CallerRef::V4(v4) => Caller::V4(v4),
+            CallerRef::V6 { network, prefix } => Caller::V6 { network, prefix },
             CallerRef::Text(key) => Caller::Text(CompactString::new(key)),
         }
     }
@@ -95,9 +128,42 @@ impl Caller {
     fn borrow(&self) -> CallerRef<'_> {
         match self {
             Caller::V4(v4) => CallerRef::V4(*v4),
+            Caller::V6 { network, prefix } => CallerRef::V6 {
+                network: *network,
+                prefix: *prefix,
+            },
             Caller::Text(key) => CallerRef::Text(key),
         }
     }
+}
+
+/// The longest text [`parse_v6_network`] accepts: `ffff:ffff:ffff:ffff::/64`.
+const LONGEST_V6_NETWORK: usize = 24;
+
+/// The first 64 bits and the prefix of the IPv6 network `text` names, if it
+/// is written as [`CallerRef::of`] says; anything else (capitals, leading
+/// zeros, zero groups not shortened as `Display` shortens them, host bits,
+/// a prefix above 64) is not a network here.
+fn parse_v6_network(text: &str) -> Option<(u64, u8)> {
+    if !(4..=LONGEST_V6_NETWORK).contains(&text.len()) {
+        return None;
+    }
+    let (address, prefix_text) = text.split_once('/')?;
+    // `u8`'s parse also takes a sign and leading zeros.
+    let canonical_prefix = !prefix_text.starts_with(['+', '0']) || prefix_text == "0";
+    let prefix: u8 = prefix_text.parse().ok().filter(|_| canonical_prefix)?;
+    let network: Ipv6Addr = address.parse().ok()?;
+    let bits = u128::from(network);
+    let host_bits = u128::MAX.checked_shr(u32::from(prefix)).unwrap_or(0);
+    if prefix > 64 || bits & host_bits != 0 {
+        return None;
+    }
+    let mut written = arrayvec::ArrayString::<48>::new();
+    fmt::Write::write_fmt(&mut written, format_args!("{network}")).ok()?;
+    (written.as_str() == address)
+        .then(|| u64::try_from(bits >> 64).ok())
+        .flatten()
+        .map(|network| (network, prefix))
 }
 
 /// The address `text` names if it is written as `Display` for [`Ipv4Addr`]
@@ -148,6 +214,13 @@ impl Probe<'_> {
         }
         let caller = match (self.caller, &stored.caller) {
             (CallerRef::V4(probe), Caller::V4(stored)) => probe == *stored,
+            (
+                CallerRef::V6 { network, prefix },
+                Caller::V6 {
+                    network: stored_network,
+                    prefix: stored_prefix,
+                },
+            ) => network == *stored_network && prefix == *stored_prefix,
             (CallerRef::Text(probe), Caller::Text(stored)) => probe == stored.as_str(),
             _ => false,
         };
@@ -257,6 +330,7 @@ impl RateTable {
     fn hash(&self, caller: CallerRef<'_>) -> u64 {
         match caller {
             CallerRef::V4(v4) => self.hasher.hash_one(v4),
+            CallerRef::V6 { network, prefix } => self.hasher.hash_one((network, prefix)),
             CallerRef::Text(key) => self.hasher.hash_one(key),
         }
     }
@@ -297,6 +371,20 @@ impl RateTable {
     /// Decides for the caller whose key is `ip`'s dotted quad.
     fn check_ipv4(&self, scope: &Name, ip: Ipv4Addr, policy: &Policy, cost: u32) -> Decision {
         self.check_caller(scope, CallerRef::of_ipv4(ip), policy, cost)
+    }
+
+    /// Decides for the caller whose key is the text of `network` with
+    /// `prefix` (at most 64; no bits set past it).
+    fn check_ipv6_network(
+        &self,
+        scope: &Name,
+        network: Ipv6Addr,
+        prefix: u8,
+        policy: &Policy,
+        cost: u32,
+    ) -> Decision {
+        let caller = CallerRef::of_ipv6_network(network, prefix);
+        self.check_caller(scope, caller, policy, cost)
     }
 
     fn check_caller(
@@ -590,6 +678,20 @@ impl RateBackend for MemoryBackend {
         Some(Ok(self.inner.rates.check_ipv4(scope, ip, policy, cost)))
     }
 
+    fn check_ipv6_network_now(
+        &self,
+        scope: &Name,
+        network: Ipv6Addr,
+        prefix: u8,
+        policy: &Policy,
+        cost: u32,
+    ) -> Option<Result<Decision>> {
+        let rates = &self.inner.rates;
+        Some(Ok(
+            rates.check_ipv6_network(scope, network, prefix, policy, cost)
+        ))
+    }
+
     #[inline]
     fn admit_ipv4_now(
         limiter: &RateLimiter<Self>,
@@ -724,6 +826,115 @@ mod tests {
                 .collect();
             agrees(&text.join("."));
         }
+    }
+
+    /// Exactly the texts a network of a prefix of at most 64 displays as
+    /// (`Display` of the network's address, `/`, the prefix) are networks
+    /// here, with that network: other ways of writing it stay text.
+    #[test]
+    fn ipv6_networks_are_the_texts_networks_display_as() {
+        let network_text = |network: u64, prefix: u8| {
+            format!("{}/{prefix}", Ipv6Addr::from(u128::from(network) << 64))
+        };
+        let mut x: u64 = 0x2001_0db8_85a3_0042;
+        let mut checked = 0;
+        for round in 0..4096u64 {
+            // Every pattern of zero and non-zero groups, and random ones.
+            let pattern = round % 16;
+            let groups: Vec<u64> = (0..4)
+                .map(|i| {
+                    let digits = 1 + (round / 16 + i) % 4;
+                    (x >> (16 * i)) & ((1 << (4 * digits)) - 1) | 1
+                })
+                .collect();
+            let mut network = 0u64;
+            for (i, group) in groups.iter().enumerate() {
+                if pattern & (1 << i) != 0 {
+                    network |= group << (48 - 16 * i);
+                }
+            }
+            for prefix in 0..=64u8 {
+                let kept = u64::MAX.checked_shl(64 - u32::from(prefix)).unwrap_or(0);
+                let network = network & kept;
+                let text = network_text(network, prefix);
+                assert_eq!(
+                    CallerRef::of(&text),
+                    CallerRef::V6 { network, prefix },
+                    "{text:?}"
+                );
+                checked += 1;
+            }
+            x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ round;
+        }
+        assert!(checked > 200_000);
+        for text in [
+            "2001:DB8::/64",
+            "2001:0db8::/64",
+            "2001:db8:0:0::/64",
+            "2001:db8::0/64",
+            "2001:db8::/064",
+            "2001:db8::/+64",
+            "2001:db8::/65",
+            "2001:db8::/128",
+            "2001:db8::1/64",
+            "2001:db8::/16",
+            "2001:db8::/",
+            "/64",
+            "::/00",
+            "::/ 64",
+            " ::/64",
+            "::ffff:1.2.3.4/64",
+            "2001:db8:1:2:3::/64",
+            "ffff:ffff:ffff:ffff::/640",
+            "user/64",
+            "a:b/c",
+        ] {
+            assert_eq!(CallerRef::of(text), CallerRef::Text(text), "{text:?}");
+        }
+        assert_eq!(
+            CallerRef::of("::/0"),
+            CallerRef::V6 {
+                network: 0,
+                prefix: 0
+            }
+        );
+        assert_eq!(
+            CallerRef::of("2001:db8::/32"),
+            CallerRef::V6 {
+                network: 0x2001_0db8 << 32,
+                prefix: 32
+            }
+        );
+    }
+
+    /// A network and its text are one caller; the same address under
+    /// another prefix is another.
+    #[test]
+    fn a_network_and_its_text_share_state() {
+        let table = RateTable::new(1000);
+        let scope = Name::new("scope").unwrap();
+        let one = Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(1).unwrap()));
+        let network: Ipv6Addr = "2001:db8:1:2::".parse().unwrap();
+        assert!(
+            table
+                .check_ipv6_network(&scope, network, 64, &one, 1)
+                .allowed
+        );
+        let text = RateKey::new(&scope, "2001:db8:1:2::/64").unwrap();
+        assert!(!table.check(text, &one, 1).allowed);
+        assert!(
+            !table
+                .check_ipv6_network(&scope, network, 64, &one, 1)
+                .allowed
+        );
+        assert!(
+            table
+                .check_ipv6_network(&scope, network, 63, &one, 1)
+                .allowed
+        );
+        let other_form = RateKey::new(&scope, "2001:db8:1:2:0::/64").unwrap();
+        assert!(table.check(other_form, &one, 1).allowed);
+        assert_eq!(table.len(), 3);
     }
 
     /// An address and its dotted quad are one caller, with one quota or
