@@ -76,10 +76,10 @@ async fn limits_exactly_with_headers<B: RateBackend>(backend: B) {
 }
 
 /// A client's limit is one, whether it is reached through the layer (which
-/// hands the memory backend the peer's address as it is) or by a direct
-/// check of the address's text.
+/// hands the memory backend the peer's address, or an IPv6 client's
+/// network, as it is) or by a direct check of the key's text.
 async fn layer_and_direct_checks_share_a_client_limit<B: RateBackend>(backend: B) {
-    let limiter = limiter(backend, "shared", 3);
+    let limiter = self::limiter(backend.clone(), "shared", 3);
     let layer = RateLimitLayer::new(limiter.clone(), PeerIp::new());
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
@@ -111,6 +111,36 @@ async fn layer_and_direct_checks_share_a_client_limit<B: RateBackend>(backend: B
             .await
             .expect("a decision")
             .allowed
+    );
+
+    // The same for an IPv6 client behind a trusted proxy, whose key is its
+    // /64 network (handed to the memory backend as the network).
+    let limiter = self::limiter(backend, "shared-v6", 3);
+    let trusted = ClientIp::new(["127.0.0.1/32".parse().expect("cidr")]);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(limiter.clone(), trusted));
+    let server = TestServer::start(app).await;
+    let get = |xff: &'static str| {
+        let (client, url) = (client.clone(), server.url("/"));
+        async move { client.get(&url, &[("x-forwarded-for", xff)]).await.status }
+    };
+    assert_eq!(get("2001:db8:1:2::1").await, StatusCode::OK);
+    assert_eq!(get("2001:db8:1:2:ffff::9").await, StatusCode::OK);
+    let direct = limiter
+        .check("2001:db8:1:2::/64")
+        .await
+        .expect("a decision");
+    assert!(direct.allowed);
+    assert_eq!(direct.remaining, 0, "the layer's two requests counted");
+    assert_eq!(get("2001:db8:1:2::7").await, StatusCode::TOO_MANY_REQUESTS);
+    let other_text = limiter
+        .check("2001:db8:1:2:0::/64")
+        .await
+        .expect("a decision");
+    assert!(
+        other_text.allowed,
+        "another text of the network is another key"
     );
 }
 

@@ -71,13 +71,25 @@ pub(super) fn ipv4_text(ip: Ipv4Addr) -> ArrayString<48> {
     IpKey::new(IpAddr::V4(ip), DEFAULT_V6_PREFIX).0
 }
 
-/// Calls `f` with the key of `ip`: the IPv4 address itself, or the text of
-/// an IPv6 prefix.
+/// The text of the IPv6 network of `address` with `prefix` bits (at most
+/// 128), as [`TypedKey::Ipv6Network`] names it.
+pub(super) fn ipv6_network_text(address: Ipv6Addr, prefix: u8) -> String {
+    let prefix = prefix.min(128);
+    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+    format!("{}/{prefix}", Ipv6Addr::from(u128::from(address) & mask))
+}
+
+/// Calls `f` with the key of `ip`: the IPv4 address itself, or the IPv6
+/// network of `v6_prefix` bits it belongs to, neither written out.
 #[inline(always)]
 fn typed<R>(ip: IpAddr, v6_prefix: u8, f: impl FnOnce(Option<TypedKey<'_>>) -> R) -> R {
-    match ipv4_of(ip) {
-        Some(v4) => f(Some(TypedKey::Ipv4(v4))),
-        None => f(Some(TypedKey::Text(IpKey::new(ip, v6_prefix).as_str()))),
+    match (ipv4_of(ip), ip) {
+        (Some(v4), _) => f(Some(TypedKey::Ipv4(v4))),
+        (None, IpAddr::V6(address)) => f(Some(TypedKey::Ipv6Network {
+            address,
+            prefix: v6_prefix.min(128),
+        })),
+        (None, IpAddr::V4(_)) => unreachable!("IPv4 is handled above"),
     }
 }
 
@@ -458,7 +470,9 @@ mod tests {
                     assert_eq!(ip, v4.parse::<Ipv4Addr>().unwrap());
                     assert_eq!(ip.to_string(), text);
                 }
-                (Some(TypedKey::Text(typed)), None) => assert_eq!(typed, text),
+                (Some(typed @ TypedKey::Ipv6Network { .. }), None) => {
+                    assert_eq!(typed.to_text(), text);
+                }
                 (typed, _) => panic!("{typed:?} for {text}, expected {v4:?}"),
             });
         }

@@ -11,13 +11,13 @@
 //!
 //! The peer address is read from request extensions: a [`SocketAddr`], or
 //! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`. [`PeerIp`] and
-//! [`ClientIp`] hand an IPv4 address to the in-memory backend as it is
-//! ([`KeyExtractor::with_typed_key`]): the same key as its dotted quad, not
-//! written out.
+//! [`ClientIp`] hand an IPv4 address, or an IPv6 address's network, to the
+//! in-memory backend as it is ([`KeyExtractor::with_typed_key`]): the same
+//! key as its text (`192.0.2.7`, `2001:db8:1:2::/64`), not written out.
 
 mod ip;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::HeaderName;
@@ -112,14 +112,15 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     }
 
     /// Calls `f` with the key of the request as a [`TypedKey`]: an IPv4
-    /// address as it is, when the key is that address's dotted quad. With a
-    /// backend that holds addresses as they are (in memory), the middleware
-    /// then decides without writing the key out. The default lends the
+    /// address as it is, when the key is that address's dotted quad, or an
+    /// IPv6 network, when the key is the network's text. With a backend that
+    /// holds addresses as they are (in memory), the middleware then decides
+    /// without writing the key out. The default lends the
     /// text of [`with_key`](Self::with_key); [`PeerIp`] and [`ClientIp`]
     /// override it.
     ///
     /// ```
-    /// use std::net::{Ipv4Addr, SocketAddr};
+    /// use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
     /// use lock_tower::key::{KeyExtractor, PathKey, PeerIp, RequestParts, TypedKey};
     /// let mut request = http::Request::get("/orders").body(()).unwrap();
     /// request.extensions_mut().insert(SocketAddr::from(([192, 0, 2, 7], 4000)));
@@ -159,10 +160,21 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
 
 /// A request's key as [`KeyExtractor::with_typed_key`] lends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TypedKey<'a> {
     /// The key is this address's dotted quad (`ip.to_string()`): the same
     /// key, not written out.
     Ipv4(Ipv4Addr),
+    /// The key is the text of the IPv6 network of `address` with `prefix`
+    /// bits (at most 128): `<network>/<prefix>`, the network written as
+    /// `Display` writes it (`2001:db8:1:2::/64`): the same key, not written
+    /// out. `address` may have bits set past the prefix.
+    Ipv6Network {
+        /// An address of the network.
+        address: Ipv6Addr,
+        /// The network's prefix length.
+        prefix: u8,
+    },
     /// The key.
     Text(&'a str),
 }
@@ -172,6 +184,7 @@ impl TypedKey<'_> {
     pub fn to_text(self) -> String {
         match self {
             TypedKey::Ipv4(ip) => ip::ipv4_text(ip).as_str().to_owned(),
+            TypedKey::Ipv6Network { address, prefix } => ip::ipv6_network_text(address, prefix),
             TypedKey::Text(key) => key.to_owned(),
         }
     }

@@ -1,3 +1,4 @@
+use std::net::Ipv6Addr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -142,6 +143,9 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
                     // A backend that holds addresses as they are (in memory)
                     // decides without the key written out.
                     TypedKey::Ipv4(ip) => self.limiter.admit_ipv4_now(ip, cost, self.on_success),
+                    TypedKey::Ipv6Network { address, prefix } => {
+                        self.check_ipv6_network_now(address, prefix, cost)
+                    }
                     TypedKey::Text(text) => self.check_text_now(text, cost),
                 };
                 // A backend that waits, or one that failed: the failure policy
@@ -157,6 +161,20 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     fn check_text_now(&self, key: &str, cost: u32) -> Option<lock_core::Result<Admission>> {
         self.limiter
             .check_cost_now(key, cost)
+            .map(|decided| decided.map(Admission::Decided))
+    }
+
+    /// An IPv6 network decided at once, if the backend can: out of line,
+    /// so that the path of an IPv4 key stays short.
+    #[inline(never)]
+    fn check_ipv6_network_now(
+        &self,
+        address: Ipv6Addr,
+        prefix: u8,
+        cost: u32,
+    ) -> Option<lock_core::Result<Admission>> {
+        self.limiter
+            .check_ipv6_network_cost_now(address, prefix, cost)
             .map(|decided| decided.map(Admission::Decided))
     }
 
