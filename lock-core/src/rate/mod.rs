@@ -171,6 +171,24 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
         None
     }
 
+    /// As [`check_ipv6_network_now`](Self::check_ipv6_network_now) for
+    /// `limiter`'s scope and policy, as
+    /// [`admit_ipv4_now`](Self::admit_ipv4_now) is to `check_ipv4_now`. The
+    /// default forwards to `check_ipv6_network_now`.
+    fn admit_ipv6_network_now(
+        limiter: &RateLimiter<Self>,
+        network: Ipv6Addr,
+        prefix: u8,
+        cost: u32,
+        figures: bool,
+    ) -> Option<Result<Admission>> {
+        let _ = figures;
+        limiter
+            .backend
+            .check_ipv6_network_now(&limiter.scope, network, prefix, &limiter.policy, cost)
+            .map(|decided| decided.map(Admission::Decided))
+    }
+
     /// As [`check_ipv4_now`](Self::check_ipv4_now) for `limiter`'s scope and
     /// policy, for middleware that needs a decision's figures only on
     /// refusals: with `figures` false, an allowed call may come back as
@@ -390,9 +408,7 @@ impl<B: RateBackend> RateLimiter<B> {
         prefix: u8,
         cost: u32,
     ) -> Option<Result<Decision>> {
-        let prefix = prefix.min(128);
-        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-        let network = Ipv6Addr::from(u128::from(address) & mask);
+        let (network, prefix) = ipv6_network(address, prefix);
         if prefix > 64 || !self.every_ipv6_network_key_fits() {
             return self.check_ipv6_network_as_text(network, prefix, cost);
         }
@@ -401,6 +417,46 @@ impl<B: RateBackend> RateLimiter<B> {
         }
         self.backend
             .check_ipv6_network_now(&self.scope, network, prefix, &self.policy, cost)
+    }
+
+    /// As [`check_ipv6_network_cost_now`](Self::check_ipv6_network_cost_now),
+    /// for middleware that needs a decision's figures only on refusals, as
+    /// [`admit_ipv4_now`](Self::admit_ipv4_now) is to
+    /// [`check_ipv4_cost_now`](Self::check_ipv4_cost_now).
+    ///
+    /// ```
+    /// use std::net::Ipv6Addr;
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Admission, Algorithm, Policy, Quota, RateLimiter};
+    ///
+    /// let policy = Policy::new(Algorithm::Gcra)
+    ///     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+    /// let ip: Ipv6Addr = "2001:db8:1:2::7".parse().unwrap();
+    /// let first = limiter.admit_ipv6_network_now(ip, 64, 1, false).unwrap().unwrap();
+    /// assert_eq!(first, Admission::Allowed);
+    /// let Admission::Decided(refused) = limiter.admit_ipv6_network_now(ip, 64, 1, false).unwrap().unwrap()
+    /// else { unreachable!() };
+    /// assert!(!refused.allowed);
+    /// ```
+    pub fn admit_ipv6_network_now(
+        &self,
+        address: Ipv6Addr,
+        prefix: u8,
+        cost: u32,
+        figures: bool,
+    ) -> Option<Result<Admission>> {
+        let (network, prefix) = ipv6_network(address, prefix);
+        if prefix > 64 || !self.every_ipv6_network_key_fits() {
+            return self
+                .check_ipv6_network_as_text(network, prefix, cost)
+                .map(|decided| decided.map(Admission::Decided));
+        }
+        if let Err(e) = self.admissible_cost(cost) {
+            return Some(Err(e));
+        }
+        B::admit_ipv6_network_now(self, network, prefix, cost, figures)
     }
 
     /// An IPv6 check for a prefix above 64, or a scope so long that whether
@@ -463,6 +519,14 @@ impl<B: RateBackend> RateLimiter<B> {
         let key = RateKey::new(&self.scope, key)?;
         self.backend.check(key, &self.policy, cost).await
     }
+}
+
+/// The network of `address` with `prefix` bits (above 128 counts as 128),
+/// and that prefix.
+fn ipv6_network(address: Ipv6Addr, prefix: u8) -> (Ipv6Addr, u8) {
+    let prefix = prefix.min(128);
+    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+    (Ipv6Addr::from(u128::from(address) & mask), prefix)
 }
 
 /// Builds a decision from the raw answer shared by both backends.
@@ -562,6 +626,12 @@ mod tests {
         // Host bits are dropped; the network is the key.
         check("2001:db8:1:2:aaaa::7", 64, "2001:db8:1:2::/64");
         check("2001:db8:1:3::", 48, "2001:db8:1::/48");
+        // Admitted on the short path (a one-quota GCRA), the same caller.
+        let ip: Ipv6Addr = "2001:db8:1:4::9".parse().unwrap();
+        let admitted = limiter.admit_ipv6_network_now(ip, 64, 1, false).unwrap();
+        assert_eq!(admitted.unwrap(), Admission::Allowed);
+        let again = limiter.check_cost_now("2001:db8:1:4::/64", 1).unwrap();
+        assert!(!again.unwrap().allowed);
         // Above 64 the key is written out, and is still the same caller.
         check("2001:db8::1:2:3", 128, "2001:db8::1:2:3/128");
         check("2001:db8::1:2:4", 200, "2001:db8::1:2:4/128");
@@ -578,6 +648,11 @@ mod tests {
         assert!(
             matches!(refused, Err(Error::InvalidName { .. })),
             "{refused:?}"
+        );
+        let admitted = limiter.admit_ipv6_network_now(long, 64, 1, false).unwrap();
+        assert!(
+            matches!(admitted, Err(Error::InvalidName { .. })),
+            "{admitted:?}"
         );
         assert!(matches!(
             limiter.check_ipv6_network_cost_now(short, 64, 2),

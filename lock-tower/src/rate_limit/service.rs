@@ -144,7 +144,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
                     // decides without the key written out.
                     TypedKey::Ipv4(ip) => self.limiter.admit_ipv4_now(ip, cost, self.on_success),
                     TypedKey::Ipv6Network { address, prefix } => {
-                        self.check_ipv6_network_now(address, prefix, cost)
+                        self.admit_ipv6_network_now(address, prefix, cost)
                     }
                     TypedKey::Text(text) => self.check_text_now(text, cost),
                 };
@@ -167,15 +167,14 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     /// An IPv6 network decided at once, if the backend can: out of line,
     /// so that the path of an IPv4 key stays short.
     #[inline(never)]
-    fn check_ipv6_network_now(
+    fn admit_ipv6_network_now(
         &self,
         address: Ipv6Addr,
         prefix: u8,
         cost: u32,
     ) -> Option<lock_core::Result<Admission>> {
         self.limiter
-            .check_ipv6_network_cost_now(address, prefix, cost)
-            .map(|decided| decided.map(Admission::Decided))
+            .admit_ipv6_network_now(address, prefix, cost, self.on_success)
     }
 
     /// The verdict of a decision reached without waiting.

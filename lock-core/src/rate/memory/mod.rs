@@ -699,24 +699,42 @@ impl RateBackend for MemoryBackend {
         cost: u32,
         figures: bool,
     ) -> Option<Result<Admission>> {
-        let rates = &limiter.backend.inner.rates;
-        let caller = CallerRef::of_ipv4(ip);
-        Some(Ok(match &limiter.single_gcra {
-            Some(single) => rates.admit_gcra(
-                &limiter.scope,
-                caller,
-                single,
-                &limiter.policy,
-                cost,
-                figures,
-            ),
-            None => Admission::Decided(rates.check_caller(
-                &limiter.scope,
-                caller,
-                &limiter.policy,
-                cost,
-            )),
-        }))
+        Some(Ok(admit(limiter, CallerRef::of_ipv4(ip), cost, figures)))
+    }
+
+    fn admit_ipv6_network_now(
+        limiter: &RateLimiter<Self>,
+        network: Ipv6Addr,
+        prefix: u8,
+        cost: u32,
+        figures: bool,
+    ) -> Option<Result<Admission>> {
+        let caller = CallerRef::of_ipv6_network(network, prefix);
+        Some(Ok(admit(limiter, caller, cost, figures)))
+    }
+}
+
+/// An address's admission: a one-quota GCRA policy on the short path.
+#[inline(always)]
+fn admit(
+    limiter: &RateLimiter<MemoryBackend>,
+    caller: CallerRef<'_>,
+    cost: u32,
+    figures: bool,
+) -> Admission {
+    let rates = &limiter.backend.inner.rates;
+    match &limiter.single_gcra {
+        Some(single) => rates.admit_gcra(
+            &limiter.scope,
+            caller,
+            single,
+            &limiter.policy,
+            cost,
+            figures,
+        ),
+        None => {
+            Admission::Decided(rates.check_caller(&limiter.scope, caller, &limiter.policy, cost))
+        }
     }
 }
 
