@@ -108,9 +108,9 @@ impl<'a> CallerRef<'a> {
     /// The caller whose key is `network`'s text with `prefix` (at most 64),
     /// `network` having no bits set past the prefix.
     fn of_ipv6_network(network: Ipv6Addr, prefix: u8) -> Self {
-        let first_half = u128::from(network) >> 64;
         CallerRef::V6 {
-            network: u64::try_from(first_half).unwrap_or(u64::MAX),
+            // The first 64 bits: the rest are zero.
+            network: (u128::from(network) >> 64) as u64,
             prefix,
         }
     }
@@ -160,10 +160,8 @@ fn parse_v6_network(text: &str) -> Option<(u64, u8)> {
     }
     let mut written = arrayvec::ArrayString::<48>::new();
     fmt::Write::write_fmt(&mut written, format_args!("{network}")).ok()?;
-    (written.as_str() == address)
-        .then(|| u64::try_from(bits >> 64).ok())
-        .flatten()
-        .map(|network| (network, prefix))
+    // The host bits are zero: the network is in the first 64 bits.
+    (written.as_str() == address).then_some(((bits >> 64) as u64, prefix))
 }
 
 /// The address `text` names if it is written as `Display` for [`Ipv4Addr`]
