@@ -10,7 +10,7 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use lock_core::backend::MemoryBackend;
-use lock_core::lock::LockBackend;
+use lock_core::lock::{LockBackend, LockOptions};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 use lock_tests::http::{TestClient, TestServer};
 use lock_tower::key::{ClientIp, HeaderKey, PathKey, PeerIp};
@@ -312,6 +312,53 @@ async fn lock_serializes_one_key_and_not_others<B: LockBackend>(backend: B) {
     );
 }
 
+/// With a fair lock and a wait, requests waiting for one key are served in
+/// the order they arrived (on Redis each release hands the lock straight to
+/// the next of them).
+async fn a_fair_lock_serves_waiting_requests_in_arrival_order<B: LockBackend>(backend: B) {
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let options = LockOptions::new().lease(Duration::from_secs(10)).fair(true);
+    let layer = LockLayer::new(backend, PathKey)
+        .lock_options(options)
+        .wait(Duration::from_secs(20));
+    let app = Router::new()
+        .route(
+            "/k",
+            get({
+                let served = served.clone();
+                move |headers: http::HeaderMap| {
+                    let served = served.clone();
+                    async move {
+                        let id = headers.get("x-id").map(|v| v.as_bytes().to_vec());
+                        served.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        "done"
+                    }
+                }
+            }),
+        )
+        .layer(layer);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    // Each request joins the line 150 ms after the one before (a margin for
+    // a busy machine), behind requests that hold the key for 300 ms each.
+    let ids = ["0", "1", "2", "3", "4"];
+    let mut requests = Vec::new();
+    for id in ids {
+        let (client, url) = (client.clone(), server.url("/k"));
+        requests.push(tokio::spawn(async move {
+            client.get(&url, &[("x-id", id)]).await.status
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    for request in requests {
+        assert_eq!(request.await.expect("join"), StatusCode::OK);
+    }
+    let served = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let expected: Vec<_> = ids.iter().map(|id| Some(id.as_bytes().to_vec())).collect();
+    assert_eq!(served, expected, "not served in arrival order");
+}
+
 async fn busy_key_is_refused_or_times_out<B: LockBackend>(backend: B) {
     let overlap = Arc::new(Overlap::default());
     let refuse = LockLayer::new(backend.clone(), PathKey).scope("refuse");
@@ -575,6 +622,7 @@ on_both_backends!(
     requests_without_a_key_follow_the_missing_key_policy,
     spoofed_forwarded_for_does_not_change_the_key,
     lock_serializes_one_key_and_not_others,
+    a_fair_lock_serves_waiting_requests_in_arrival_order,
     busy_key_is_refused_or_times_out,
     disconnecting_client_frees_the_lock,
     concurrency_limit_never_admits_more,

@@ -70,6 +70,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     }
 
     /// Lease and fencing options of each lock (default: 30 s watchdog).
+    /// With [`LockOptions::fair`] and a [`wait`](Self::wait), requests that
+    /// wait for one key get it in arrival order; on Redis each release
+    /// hands the lock straight to the next of them.
     pub fn lock_options(mut self, options: LockOptions) -> Self {
         self.options = options;
         self
