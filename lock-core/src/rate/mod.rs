@@ -469,7 +469,7 @@ impl<B: RateBackend> RateLimiter<B> {
         prefix: u8,
         cost: u32,
     ) -> Option<Result<Decision>> {
-        self.check_cost_now(&format!("{network}/{prefix}"), cost)
+        self.check_cost_now(&ipv6_network_key(network, prefix), cost)
     }
 
     /// Whether `<scope>:<network>/<prefix>` fits in [`MAX_NAME_LEN`] bytes
@@ -519,6 +519,20 @@ impl<B: RateBackend> RateLimiter<B> {
         let key = RateKey::new(&self.scope, key)?;
         self.backend.check(key, &self.policy, cost).await
     }
+}
+
+/// The rate-limit key of the IPv6 network of `address` with `prefix` bits
+/// (above 128 counts as 128): `<network>/<prefix>`, the network written as
+/// `Display` writes it. The key
+/// [`RateLimiter::check_ipv6_network_cost_now`] decides for.
+///
+/// ```
+/// let ip: std::net::Ipv6Addr = "2001:db8:1:2:aaaa::7".parse().unwrap();
+/// assert_eq!(lock_core::rate::ipv6_network_key(ip, 64), "2001:db8:1:2::/64");
+/// ```
+pub fn ipv6_network_key(address: Ipv6Addr, prefix: u8) -> String {
+    let (network, prefix) = ipv6_network(address, prefix);
+    format!("{network}/{prefix}")
 }
 
 /// The network of `address` with `prefix` bits (above 128 counts as 128),

@@ -71,14 +71,6 @@ pub(super) fn ipv4_text(ip: Ipv4Addr) -> ArrayString<48> {
     IpKey::new(IpAddr::V4(ip), DEFAULT_V6_PREFIX).0
 }
 
-/// The text of the IPv6 network of `address` with `prefix` bits (at most
-/// 128), as [`TypedKey::Ipv6Network`] names it.
-pub(super) fn ipv6_network_text(address: Ipv6Addr, prefix: u8) -> String {
-    let prefix = prefix.min(128);
-    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-    format!("{}/{prefix}", Ipv6Addr::from(u128::from(address) & mask))
-}
-
 /// Calls `f` with the key of `ip`: the IPv4 address itself, or the IPv6
 /// network of `v6_prefix` bits it belongs to, neither written out.
 #[inline(always)]

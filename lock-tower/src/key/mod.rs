@@ -166,9 +166,9 @@ pub enum TypedKey<'a> {
     /// key, not written out.
     Ipv4(Ipv4Addr),
     /// The key is the text of the IPv6 network of `address` with `prefix`
-    /// bits (at most 128): `<network>/<prefix>`, the network written as
-    /// `Display` writes it (`2001:db8:1:2::/64`): the same key, not written
-    /// out. `address` may have bits set past the prefix.
+    /// bits ([`lock_core::rate::ipv6_network_key`], `2001:db8:1:2::/64`): the
+    /// same key, not written out. `address` may have bits set past the
+    /// prefix.
     Ipv6Network {
         /// An address of the network.
         address: Ipv6Addr,
@@ -184,7 +184,9 @@ impl TypedKey<'_> {
     pub fn to_text(self) -> String {
         match self {
             TypedKey::Ipv4(ip) => ip::ipv4_text(ip).as_str().to_owned(),
-            TypedKey::Ipv6Network { address, prefix } => ip::ipv6_network_text(address, prefix),
+            TypedKey::Ipv6Network { address, prefix } => {
+                lock_core::rate::ipv6_network_key(address, prefix)
+            }
             TypedKey::Text(key) => key.to_owned(),
         }
     }
