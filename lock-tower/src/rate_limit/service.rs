@@ -299,13 +299,33 @@ where
         // A request without a key, or a backend that decides without
         // waiting (in memory), is answered here: no boxed future, no shared
         // state carried along, and the ready service itself is called.
-        let shared = &self.shared;
-        let (key, cost) = match shared.start(RequestParts::new(&request)) {
-            // The common cases, kept apart so that no verdict is built.
+        match self.shared.start(RequestParts::new(&request)) {
+            // The common case, kept apart so that no verdict is built.
             Start::Now(Now::Allowed) => {
-                shared.metrics.count_allowed();
-                return ResponseFuture::calling(self.inner.call(request), None);
+                self.shared.metrics.count_allowed();
+                ResponseFuture::calling(self.inner.call(request), None)
             }
+            start => self.call_decided(request, start),
+        }
+    }
+}
+
+impl<S, B: RateBackend, K: KeyExtractor> RateLimit<S, B, K> {
+    /// Every start but an allowed call without fields: out of line, so that
+    /// the layer's call stays a few cache lines of code.
+    #[inline(never)]
+    fn call_decided<ReqBody, ResBody>(
+        &mut self,
+        request: Request<ReqBody>,
+        start: Start,
+    ) -> ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send,
+        ReqBody: Send + 'static,
+    {
+        let shared = &self.shared;
+        let (key, cost) = match start {
             Start::Now(Now::Decided(decision)) if decision.allowed => {
                 shared.metrics.count_allowed();
                 let fields = shared.fields(&decision);
