@@ -106,7 +106,28 @@ where
 {
     type Output = Result<Response<ResBody>, S::Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // The common case inline: the inner service already called.
+        if let StateProj::Calling { future, fields } = self.as_mut().project().state.project() {
+            return poll_calling(future, fields, cx);
+        }
+        self.poll_other(cx)
+    }
+}
+
+impl<S, ReqBody, ResBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<Bytes>,
+{
+    /// Every state but a call of the inner service: out of line, so that
+    /// the common poll stays short.
+    #[inline(never)]
+    fn poll_other(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<ResBody>, S::Error>> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
@@ -132,19 +153,7 @@ where
                     this.state.set(State::Calling { future, fields });
                 }
                 StateProj::Calling { future, fields } => {
-                    // The state is left as it is: dropping the finished
-                    // future here would only do early what dropping this
-                    // one does anyway, and a future polled after it
-                    // finished is the inner future's to answer for.
-                    if fields.is_none() {
-                        // Nothing to add: the inner future's answer as is.
-                        return future.poll(cx);
-                    }
-                    let mut response = ready!(future.poll(cx))?;
-                    if let Some(fields) = fields.take() {
-                        (*fields).insert_into(response.headers_mut());
-                    }
-                    return Poll::Ready(Ok(response));
+                    return poll_calling(future, fields, cx);
                 }
                 StateProj::Ready { response } => {
                     let Some(response) = response.take() else {
@@ -156,4 +165,30 @@ where
             }
         }
     }
+}
+
+/// Polls the inner service's future, and adds `fields` to its response.
+///
+/// The state is left as it is: dropping the finished future here would
+/// only do early what dropping the response future does anyway, and a
+/// future polled after it finished is the inner future's to answer for.
+#[inline(always)]
+fn poll_calling<F, B, E>(
+    future: Pin<&mut F>,
+    fields: &mut Option<Box<Fields>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<B>, E>>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    if fields.is_none() {
+        // Nothing to add (a decision without fields, or fields already
+        // added): the inner future's answer as it is.
+        return future.poll(cx);
+    }
+    let mut response = ready!(future.poll(cx))?;
+    if let Some(fields) = fields.take() {
+        (*fields).insert_into(response.headers_mut());
+    }
+    Poll::Ready(Ok(response))
 }
