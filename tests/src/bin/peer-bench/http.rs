@@ -226,7 +226,7 @@ const ORDER: [&str; 11] = [
 ];
 
 /// The ratios reported: a label, and the two servers compared.
-const COMPARISONS: [(&str, &str, &str); 10] = [
+const COMPARISONS: [(&str, &str, &str); 12] = [
     (
         "one server against the same again (how far identical servers differ): tower_governor / tower_governor",
         GOVERNOR,
@@ -248,6 +248,13 @@ const COMPARISONS: [(&str, &str, &str); 10] = [
         GOVERNOR,
     ),
     ("ours (memory) / no layer", OURS_MEMORY, BARE),
+    // What a whole layer costs over HTTP: the most any layer could gain.
+    (
+        "no fields on allowed responses: ours (memory) / no layer",
+        OURS_QUIET,
+        BARE,
+    ),
+    ("tower_governor / no layer", GOVERNOR, BARE),
     ("ours (redis) / no layer", OURS_REDIS, BARE),
     (
         "actix: ours (redis, default) / actix-limitation",
