@@ -314,15 +314,13 @@ impl<S, B: RateBackend, K: KeyExtractor> RateLimit<S, B, K> {
     /// Every start but an allowed call without fields: out of line, so that
     /// the layer's call stays a few cache lines of code.
     #[inline(never)]
-    fn call_decided<ReqBody, ResBody>(
+    fn call_decided<ReqBody>(
         &mut self,
         request: Request<ReqBody>,
         start: Start,
     ) -> ResponseFuture<S, ReqBody>
     where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send,
-        ReqBody: Send + 'static,
+        S: Service<Request<ReqBody>> + Clone,
     {
         let shared = &self.shared;
         let (key, cost) = match start {
