@@ -327,12 +327,51 @@ pub async fn fencing_refuses_stale_holders<B: LockBackend>(backend: B) {
     let b = fair.try_lock().await.expect("backend").expect("free");
     assert!(b.fencing_token().expect("token") > ta);
 
+    reentry_keeps_the_fencing_token(backend).await;
+}
+
+/// A re-entry of a reentrant lock gets the token its owner already holds,
+/// so the resource keeps admitting the owner's writes through every nested
+/// acquisition; the next owner gets a larger one.
+async fn reentry_keeps_the_fencing_token<B: LockBackend>(backend: B) {
+    let fence = Fence::new();
     let re = ReentrantLock::with_options(backend, "fenced-re", LockOptions::new().fencing(true))
         .expect("valid");
     let me = Owner::new();
     let first = re.try_lock(&me).await.expect("backend").expect("free");
+    let outer = first.fencing_token().expect("token");
+    fence.admit(outer).expect("the owner's first write");
     let again = re.try_lock(&me).await.expect("backend").expect("re-entry");
-    assert!(again.fencing_token() > first.fencing_token());
+    assert_eq!(
+        again.fencing_token(),
+        Some(outer),
+        "re-entry took a new token"
+    );
+    fence
+        .admit(outer)
+        .expect("the owner's write after re-entry was refused");
+    assert!(again.release().await.expect("backend"));
+    assert_eq!(
+        re.try_lock(&Owner::new())
+            .await
+            .expect("backend")
+            .map(|g| g.token().to_owned()),
+        None,
+        "the outer acquisition still holds it"
+    );
+    assert!(first.release().await.expect("backend"));
+    let next = re
+        .try_lock(&Owner::new())
+        .await
+        .expect("backend")
+        .expect("free");
+    let next_token = next.fencing_token().expect("token");
+    assert!(next_token > outer);
+    fence.admit(next_token).expect("the next owner's write");
+    assert!(
+        fence.admit(outer).is_err(),
+        "the old owner's write was admitted"
+    );
 }
 
 /// Instantiates this suite as `#[tokio::test]`s.

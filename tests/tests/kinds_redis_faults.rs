@@ -184,14 +184,14 @@ async fn far_waiter_listens(server: &RedisServer, name: &str) {
 /// script: the lock is the waiter's before the waiter hears of it. Here the
 /// waiter is 150 ms away each way (a delay proxy). The lock key names it as
 /// soon as the holder's release returns; the waiter holds it from the
-/// handoff message alone (under the 3 s claim, its lease not yet confirmed:
+/// handoff message alone (under the 2 s claim, its lease not yet confirmed:
 /// a waiter that took it by an attempt of its own would count on its whole
 /// lease at once); its fencing token follows the holder's; and its lease is
 /// then confirmed, for a fixed lease and for a watchdog's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_release_hands_the_lock_to_the_first_waiter() {
     let (server, _proxy, backend, far) = near_and_far().await;
-    let claim = lock_core::lock::FAIR_SLOT;
+    let claim = lock_core::lock::HANDOFF_CLAIM;
     let fair = LockOptions::new().fencing(true).fair(true);
     for (name, options) in [
         ("hand-fixed", fair.lease(Duration::from_secs(10))),
@@ -239,7 +239,7 @@ async fn a_fair_release_hands_the_lock_to_the_first_waiter() {
 
 /// A waiter cancelled after the lock was handed to it, but before it heard
 /// so, gives the lock on to the next in line at once (its clean-up releases
-/// it), not when the 3 s claim runs out.
+/// it), not when the 2 s claim runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_lock_handed_to_a_cancelled_waiter_goes_to_the_next() {
     let (server, _proxy, backend, far) = near_and_far().await;
@@ -322,7 +322,7 @@ async fn a_forced_unlock_hands_a_fair_lock_to_the_first_waiter() {
 
 /// A waiter whose handoff message never came (its pub/sub connection was
 /// cut just before the release) finds the lock its own at its next attempt,
-/// before the 3 s claim runs out: it holds it from then for its whole lease
+/// before the 2 s claim runs out: it holds it from then for its whole lease
 /// (set again by that attempt), with a fencing token above the holder's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_that_missed_its_handoff_takes_it_at_its_next_attempt() {
@@ -358,11 +358,11 @@ async fn a_fair_waiter_that_missed_its_handoff_takes_it_at_its_next_attempt() {
         .expect("join")
         .expect("backend")
         .expect("the waiter never got the lock");
-    let claim = lock_core::lock::FAIR_SLOT;
+    let claim = lock_core::lock::HANDOFF_CLAIM;
     // About 0.9 s here (reconnect, subscribe and attempt, 300 ms each
-    // through the proxy), where the claim alone lapses after 3 s.
+    // through the proxy), where the claim alone lapses after 2 s.
     assert!(
-        released.elapsed() < Duration::from_millis(2500),
+        released.elapsed() < claim,
         "took {:?}: the attempt did not see the lock was its own",
         released.elapsed()
     );

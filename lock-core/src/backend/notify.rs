@@ -6,7 +6,9 @@
 //! current generation as seen *before* it tries to acquire, then waits for the
 //! generation to change; so a wake-up that lands between the attempt and the
 //! wait is never lost. A wake-up may also say that the lock was handed over
-//! to the waiter (a fair lock's release gives it to the head of the line).
+//! to the waiter (a fair lock's release gives it to the head of the line),
+//! with the handoff's number, so that the waiter can tell a handoff made
+//! after its last attempt from one that has since lapsed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,20 +17,32 @@ use tokio::sync::watch;
 
 use super::shrink_swept;
 
+/// A lock handed over to a waiter, as its message said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handed {
+    /// The handoff's number (see `Attempt::Busy::handoffs`).
+    pub(crate) number: u64,
+    /// The fencing token, 0 for none.
+    pub(crate) fence: u64,
+}
+
 /// What a waiter's channel last said.
 #[derive(Clone, Copy, Default)]
 struct Signal {
     /// Bumped on every wake-up.
     generation: u64,
-    /// Set when the lock was handed over: its fencing token, 0 for none.
-    handed: Option<u64>,
+    /// The latest handoff to the waiter, if any.
+    handed: Option<Handed>,
 }
 
 impl Signal {
-    fn bump(&mut self, handed: Option<u64>) {
+    fn bump(&mut self, handed: Option<Handed>) {
         self.generation = self.generation.wrapping_add(1);
-        if handed.is_some() {
-            self.handed = handed;
+        // Messages of one channel come in order; the number decides anyway.
+        if let Some(new) = handed
+            && self.handed.is_none_or(|old| new.number > old.number)
+        {
+            self.handed = Some(new);
         }
     }
 }
@@ -65,13 +79,13 @@ impl Waiters {
         self.signal(key, None);
     }
 
-    /// Wakes the waiter registered for `key` and tells it that the lock is
-    /// now its own, with fencing token `fence` (0 for none).
-    pub(crate) fn hand_over(&self, key: &str, fence: u64) {
-        self.signal(key, Some(fence));
+    /// Wakes the waiter registered for `key` and tells it that the lock was
+    /// handed to it.
+    pub(crate) fn hand_over(&self, key: &str, handed: Handed) {
+        self.signal(key, Some(handed));
     }
 
-    fn signal(&self, key: &str, handed: Option<u64>) {
+    fn signal(&self, key: &str, handed: Option<Handed>) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = map.get(key) {
             entry.tx.send_modify(|signal| signal.bump(handed));
@@ -126,9 +140,8 @@ impl WaitHandle {
         self.rx.borrow_and_update();
     }
 
-    /// The fencing token (0 for none) of the lock, if it was handed over to
-    /// this waiter.
-    pub(crate) fn handed(&self) -> Option<u64> {
+    /// The latest handoff of the lock to this waiter, if any.
+    pub(crate) fn handed(&self) -> Option<Handed> {
         self.rx.borrow().handed
     }
 
@@ -177,17 +190,25 @@ mod tests {
         assert!(woken(&mut handle).await, "a plain wake-up was lost");
         assert_eq!(handle.handed(), None);
         handle.mark_seen();
-        waiters.hand_over("k", 7);
+        let handed = |number, fence| Handed { number, fence };
+        waiters.hand_over("k", handed(3, 7));
         assert!(
             woken(&mut handle).await,
             "the handoff did not wake the waiter"
         );
-        assert_eq!(handle.handed(), Some(7));
+        assert_eq!(handle.handed(), Some(handed(3, 7)));
         waiters.wake_all();
         assert_eq!(
             handle.handed(),
-            Some(7),
+            Some(handed(3, 7)),
             "a later wake-up took the handoff back"
+        );
+        waiters.hand_over("k", handed(5, 9));
+        waiters.hand_over("k", handed(4, 8));
+        assert_eq!(
+            handle.handed(),
+            Some(handed(5, 9)),
+            "an older handoff replaced a newer one"
         );
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 
-use super::notify::{WaitHandle, Waiters};
+use super::notify::{Handed, WaitHandle, Waiters};
 use super::shrink_swept;
 use crate::error::{Error, Result};
 
@@ -167,8 +167,8 @@ async fn dispatch(inner: std::sync::Weak<Inner>, mut stream: redis::aio::PubSubS
     while let Some(msg) = stream.next().await {
         let Some(inner) = inner.upgrade() else { return };
         let channel = msg.get_channel_name();
-        match handed_fence(msg.get_payload_bytes()) {
-            Some(fence) => inner.waiters.hand_over(channel, fence),
+        match handoff(msg.get_payload_bytes()) {
+            Some(handed) => inner.waiters.hand_over(channel, handed),
             None => inner.waiters.wake(channel),
         }
     }
@@ -183,13 +183,20 @@ async fn dispatch(inner: std::sync::Weak<Inner>, mut stream: redis::aio::PubSubS
     inner.waiters.wake_all();
 }
 
-/// The fencing token of a `held:<fence>` message, which a fair lock's
-/// scripts send to the waiter they hand the lock to (0: no token asked for).
-fn handed_fence(payload: &[u8]) -> Option<u64> {
-    std::str::from_utf8(payload.strip_prefix(b"held:")?)
-        .ok()?
-        .parse()
-        .ok()
+/// The handoff a `held:<number>:<fence>` message announces, which a fair
+/// lock's scripts send to the waiter they hand the lock to (fence 0: no
+/// token asked for).
+fn handoff(payload: &[u8]) -> Option<Handed> {
+    let text = std::str::from_utf8(payload.strip_prefix(b"held:")?).ok()?;
+    let (number, fence) = text.split_once(':')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(number) || !digits(fence) {
+        return None;
+    }
+    Some(Handed {
+        number: number.parse().ok()?,
+        fence: fence.parse().ok()?,
+    })
 }
 
 /// A local waiter's registration on one channel.
@@ -210,9 +217,8 @@ impl Subscription {
         result
     }
 
-    /// The fencing token (0 for none) of the lock, if a message on the
-    /// channel handed it over to this waiter.
-    pub(crate) fn handed(&self) -> Option<u64> {
+    /// The latest handoff a message on the channel announced to this waiter.
+    pub(crate) fn handed(&self) -> Option<Handed> {
         self.handle.as_ref()?.handed()
     }
 
@@ -241,29 +247,38 @@ impl Drop for Subscription {
 
 #[cfg(test)]
 mod tests {
-    use super::handed_fence;
+    use super::{Handed, handoff};
 
     #[test]
     fn only_a_well_formed_handoff_message_hands_over() {
-        assert_eq!(handed_fence(b"held:0"), Some(0));
         assert_eq!(
-            handed_fence(b"held:1732800000000001"),
-            Some(1_732_800_000_000_001)
+            handoff(b"held:3:0"),
+            Some(Handed {
+                number: 3,
+                fence: 0
+            })
+        );
+        assert_eq!(
+            handoff(b"held:1732800000000007:1732800000000001"),
+            Some(Handed {
+                number: 1_732_800_000_000_007,
+                fence: 1_732_800_000_000_001
+            })
         );
         for other in [
             &b"wake"[..],
             b"released",
             b"held:",
-            b"held:-1",
-            b"held:1e15",
-            b"xheld:1",
+            b"held:0",
+            b"held:1:",
+            b"held::1",
+            b"held:-1:2",
+            b"held:1:+2",
+            b"held:1e15:0",
+            b"held:1:2:3",
+            b"xheld:1:1",
         ] {
-            assert_eq!(
-                handed_fence(other),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(other)
-            );
+            assert_eq!(handoff(other), None, "{:?}", String::from_utf8_lossy(other));
         }
     }
 }

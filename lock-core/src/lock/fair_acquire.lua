@@ -1,10 +1,11 @@
 -- Fair lock: taken only when free and this waiter is first in line.
--- KEYS[1..5] as in the prelude
+-- KEYS[1..6] as in the prelude
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] "1" for a fencing token,
 -- ARGV[4] fencing counter TTL ms, ARGV[5] slot ms (how long a place in line
--- is kept without a retry), ARGV[6] wake-up channel prefix
+-- is kept without a retry), ARGV[6] wake-up channel prefix, ARGV[7] claim
+-- ms (see hand_over)
 -- Returns {1, fence or 0} when taken, {0, PTTL of the holder or -1 when
--- queued behind others}.
+-- queued behind others, handoffs so far}.
 local now = now_ms()
 prune(now)
 local token = ARGV[1]
@@ -40,9 +41,9 @@ redis.call('HSET', KEYS[4], token, ARGV[2] .. ' ' .. ARGV[3])
 for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], 2 * slot) end
 if free then
   -- The head has not come for it yet: hand it over.
-  hand_over(ARGV[6], ARGV[4], ARGV[5])
+  hand_over(ARGV[6], ARGV[4], ARGV[7])
 end
 local ttl = redis.call('PTTL', KEYS[1])
 -- Still free (the head was only woken): wait in line.
 if ttl == -2 then ttl = -1 end
-return {0, ttl}
+return {0, ttl, handoffs()}

@@ -1,8 +1,8 @@
 -- Shared prelude of the fair lock. KEYS[1] lock, KEYS[2] queue (list of
 -- tokens), KEYS[3] deadlines (zset token -> ms), KEYS[4] terms (hash token ->
 -- "<lease ms> <1 when a fencing token is wanted, else 0>"), KEYS[5] fencing
--- counter. Waiters whose slot deadline passed (crashed, or gone without
--- leaving) are dropped from the queue.
+-- counter, KEYS[6] handoff counter. Waiters whose slot deadline passed
+-- (crashed, or gone without leaving) are dropped from the queue.
 local function prune(now)
   local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   for _, t in ipairs(dead) do
@@ -11,14 +11,21 @@ local function prune(now)
     redis.call('HDEL', KEYS[4], t)
   end
 end
+-- The handoff counter's value: every handoff takes the next number, and a
+-- busy answer carries the number reached so far, so a waiter can tell a
+-- handoff made after its last answer (its own) from one made before it
+-- (since lost: that answer would otherwise have said the lock was its own).
+local function handoffs()
+  return tonumber(redis.call('GET', KEYS[6]) or '0')
+end
 -- The lock is free: hands it to the head of the queue, with the fencing
 -- token the head asked for, and tells only the head, on its own channel:
--- 'held:<fencing token>' (0 when none was asked for). The head then holds
--- the lock without another round trip. The lock is set for the head's lease
--- but at most `claim` ms (its slot), until the head confirms its lease: a
--- head that crashed in line blocks the lock no longer than it blocked the
--- line. A head without terms is only woken ('wake') and comes for the lock
--- itself.
+-- 'held:<handoff number>:<fencing token>' (0 when none was asked for). The
+-- head then holds the lock without another round trip. The lock is set for
+-- the head's lease but at most `claim` ms, until the head confirms its
+-- lease: a head that crashed or stopped in line blocks the lock no longer
+-- than that. A head without terms is only woken ('wake') and comes for the
+-- lock itself.
 local function hand_over(prefix, fence_ttl, claim)
   local head = redis.call('LINDEX', KEYS[2], 0)
   if not head then return end
@@ -35,5 +42,8 @@ local function hand_over(prefix, fence_ttl, claim)
   redis.call('HDEL', KEYS[4], head)
   local fence = 0
   if fencing == '1' then fence = next_fence(KEYS[5], fence_ttl) end
-  redis.call('PUBLISH', prefix .. head, string.format('held:%d', fence))
+  -- Restarts from Redis time when it expired, like the fencing counter, so
+  -- a waiter never sees a number go back.
+  local number = next_fence(KEYS[6], fence_ttl)
+  redis.call('PUBLISH', prefix .. head, string.format('held:%d:%d', number, fence))
 end

@@ -1,7 +1,7 @@
 -- Releases the lock if we hold it, or else leaves the queue (a waiter that
 -- gave up or was cancelled); then, if the lock is free, hands it to the new
 -- head.
--- KEYS[1..5] as in the prelude; ARGV[1] token, ARGV[2] wake-up channel
+-- KEYS[1..6] as in the prelude; ARGV[1] token, ARGV[2] wake-up channel
 -- prefix, ARGV[3] fencing counter TTL ms, ARGV[4] claim ms (see hand_over)
 -- Returns 1 when the lock was ours and is released, else 0.
 local released = 0

@@ -49,6 +49,21 @@ pub(super) struct Granted {
     pub(super) claim: Option<Duration>,
 }
 
+impl Granted {
+    /// How long the grant is held for before any renewal: the lease, or
+    /// the claim when that is shorter.
+    fn held_for(&self, lease: Lease) -> Duration {
+        let full = lease.duration();
+        self.claim.map_or(full, |claim| claim.min(full))
+    }
+
+    /// Until when the grant is known to be valid: counted from before the
+    /// request that granted it, less what clock drift may take.
+    pub(super) fn valid_until(&self, lease: Lease, drift: Duration) -> Instant {
+        self.at + self.held_for(lease).saturating_sub(drift)
+    }
+}
+
 impl<B: LockBackend> LockGuard<B> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
@@ -61,11 +76,9 @@ impl<B: LockBackend> LockGuard<B> {
         granted: Granted,
         drift: Duration,
     ) -> Self {
-        let full = lease.duration();
         // Held for less than the lease until confirmed: confirm at once.
-        let confirm = granted.claim.is_some_and(|claim| claim < full);
-        let held_for = granted.claim.map_or(full, |claim| claim.min(full));
-        let state = Arc::new(LeaseState::new(granted.at + held_for.saturating_sub(drift)));
+        let confirm = granted.held_for(lease) < lease.duration();
+        let state = Arc::new(LeaseState::new(granted.valid_until(lease, drift)));
         let renewal = match lease {
             Lease::Watchdog(d) => Some((d, watchdog::Renewal::Periodic { at_once: confirm })),
             Lease::Fixed(d) if confirm => Some((d, watchdog::Renewal::Once)),
@@ -136,8 +149,12 @@ impl<B: LockBackend> LockGuard<B> {
         self.state.is_lost()
     }
 
-    /// Completes when the lease is lost. Use it to stop work that must not run
-    /// without the lock:
+    /// Completes when the lease is lost: at the moment its validity runs
+    /// out, whoever polls it (it looks at the clock on every poll, so a
+    /// `select!` woken after a pause sees it at once), or when renewal finds
+    /// the lock gone. Use it to stop work that must not run without the
+    /// lock, and still check [`is_lost`](Self::is_lost) right before each
+    /// outside write (see the [module docs](super#what-no-client-library-can-prevent)):
     ///
     /// ```
     /// # async fn run(guard: lock_core::lock::LockGuard<lock_core::backend::MemoryBackend>) {

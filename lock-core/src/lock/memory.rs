@@ -25,6 +25,9 @@ enum Slot {
         owner: Token,
         acquisitions: HashSet<Token>,
         expires: Instant,
+        /// The owner's fencing token, once one was asked for: every
+        /// re-entry gets it, as the resource has already seen it.
+        fence: Option<u64>,
     },
     Fair {
         holder: Option<(Token, Instant)>,
@@ -123,8 +126,8 @@ impl LockTable {
         let acquired = || Attempt::Acquired {
             fence: self.fence(request.fencing),
         };
-        let busy = |until: Option<Instant>, now: Instant| Attempt::Busy {
-            retry_in: until.map(|u| u.saturating_duration_since(now)),
+        let busy = |until: Option<Instant>, now: Instant| {
+            Attempt::busy(until.map(|u| u.saturating_duration_since(now)))
         };
         let mut wake = None;
         let attempt = self.with(request.kind, request.name, |slot, now| {
@@ -138,12 +141,14 @@ impl LockTable {
                 }
                 (Kind::Plain, Some(Slot::Plain { expires, .. })) => busy(Some(*expires), now),
                 (Kind::Reentrant, None) => {
+                    let fence = self.fence(request.fencing);
                     *slot = Some(Slot::Reentrant {
                         owner: request.owner.unwrap_or_default().into(),
                         acquisitions: HashSet::from([token]),
                         expires: now + lease,
+                        fence,
                     });
-                    acquired()
+                    Attempt::Acquired { fence }
                 }
                 (
                     Kind::Reentrant,
@@ -151,6 +156,7 @@ impl LockTable {
                         owner,
                         acquisitions,
                         expires,
+                        fence,
                     }),
                 ) => {
                     if Some(&**owner) != request.owner {
@@ -158,7 +164,12 @@ impl LockTable {
                     }
                     acquisitions.insert(token);
                     *expires = (*expires).max(now + lease);
-                    acquired()
+                    if request.fencing && fence.is_none() {
+                        *fence = self.fence(true);
+                    }
+                    Attempt::Acquired {
+                        fence: fence.filter(|_| request.fencing),
+                    }
                 }
                 (Kind::Fair, None) => {
                     *slot = Some(Slot::Fair {

@@ -21,6 +21,52 @@
 //! * **Fencing**: with [`LockOptions::fencing`], each acquisition carries a
 //!   monotonically increasing [`LockGuard::fencing_token`].
 //!
+//! A guard is only ever returned for a grant whose lease is still running,
+//! counted from before the request that granted it: a grant seen too late
+//! (the process was paused, an answer or a handoff came after the lease
+//! ran out) is given back, and the acquire keeps waiting within its bound.
+//!
+//! # What no client library can prevent
+//!
+//! A guard knows its lease only from its own clock. Between checking
+//! [`LockGuard::is_lost`] (or [`LockGuard::valid_for`]) and writing to an
+//! outside resource, the process may pause (a GC-like stall, a stopped VM,
+//! a slow disk) for longer than the lease, and the write then lands after
+//! another holder took over. No lock can rule that out on the client side.
+//! The guard for it is a **fencing token** checked by the resource itself
+//! ([`Fence::admit`], or a `WHERE fence <= $token` in a database): a write
+//! with an older token than one the resource has seen is refused. Check the
+//! lease right before each outside write, and pass the token along:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! use std::time::Duration;
+//! use lock_core::backend::MemoryBackend;
+//! use lock_core::lock::{Fence, Lock, LockOptions};
+//!
+//! // The resource's side: it remembers the highest token it has seen.
+//! let resource = Fence::new();
+//! let lock = Lock::with_options(
+//!     MemoryBackend::new(),
+//!     "ledger",
+//!     LockOptions::new().lease(Duration::from_secs(10)).fencing(true),
+//! )?;
+//! let guard = lock.lock(Duration::from_secs(1)).await?.expect("free");
+//! let token = guard.fencing_token().expect("fencing is on");
+//! for entry in ["debit", "credit"] {
+//!     // Right before each write: is the lease still ours, with room to spare?
+//!     if guard.is_lost() || guard.valid_for() < Duration::from_millis(100) {
+//!         break; // stop: another holder may take over at any moment
+//!     }
+//!     // The write carries the token; a stale holder's write is refused.
+//!     resource.admit(token).expect("a newer holder wrote first");
+//!     let _ = entry; // ... write `entry` ...
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lock_core::Result<()> {
@@ -79,7 +125,23 @@ pub enum Attempt {
     Busy {
         /// When the holder's lease runs out, if known.
         retry_in: Option<Duration>,
+        /// How many times the store had handed this lock to a waiter when it
+        /// answered (0 for a store that never hands locks over). A handoff
+        /// numbered at most this was made before the answer, and is no
+        /// longer the waiter's: the answer would have said the lock was its
+        /// own. See [`ReleaseWaiter::handed_over`].
+        handoffs: u64,
     },
+}
+
+impl Attempt {
+    /// A busy answer from a store that never hands locks over.
+    pub const fn busy(retry_in: Option<Duration>) -> Self {
+        Attempt::Busy {
+            retry_in,
+            handoffs: 0,
+        }
+    }
 }
 
 /// The kinds of lock a [`LockBackend`] keeps. Each kind has keys of its own,
@@ -123,6 +185,13 @@ impl Kind {
 pub const FAIR_SLOT: Duration = Duration::from_secs(3);
 /// How often a fair waiter retries (and so keeps its place) at the least.
 const FAIR_REFRESH: Duration = Duration::from_secs(1);
+/// How long a fair lock handed to a waiter (on Redis) stays the waiter's
+/// until the waiter confirms its lease, when its lease is longer. A waiter
+/// that hears of the handoff confirms within a round trip; one whose
+/// message was lost takes the lock at its next attempt (a fair waiter
+/// tries at least once a second). A waiter that crashed or was stopped
+/// while first in line holds the lock no longer than this.
+pub const HANDOFF_CLAIM: Duration = Duration::from_secs(2);
 
 /// One acquisition attempt, as a backend sees it.
 #[derive(Debug, Clone, Copy)]
@@ -203,11 +272,16 @@ pub trait ReleaseWaiter: Send + 'static {
     /// Waits for a release at most `max`.
     fn wait(&mut self, max: Duration) -> impl Future<Output = ()> + Send;
 
-    /// Whether the lock was handed over to this waiter while it waited (on
+    /// Whether the lock was handed over to this waiter after the busy answer
+    /// that counted `after` handoffs ([`Attempt::Busy::handoffs`]): on
     /// Redis, a fair lock's release gives the lock to the first in line and
-    /// says so on that waiter's channel). The waiter then holds the lock
-    /// without another attempt. The default: never.
-    fn handed_over(&self) -> Option<Handoff> {
+    /// says so, with the handoff's number, on that waiter's channel. The
+    /// waiter then holds the lock without another attempt. A handoff
+    /// numbered `after` or less came before that answer, which found the
+    /// lock not the waiter's: it has lapsed, and is not returned. The
+    /// default: never.
+    fn handed_over(&self, after: u64) -> Option<Handoff> {
+        let _ = after;
         None
     }
 }
@@ -306,12 +380,18 @@ impl LockOptions {
     /// On Redis a release hands the lock straight to the first waiter, with
     /// the fencing token it asked for, and tells it so on its own channel: it
     /// holds the lock one message after the release, with no attempt of its
-    /// own. The lock is set for the waiter's lease but at most [`FAIR_SLOT`]
-    /// until the waiter confirms its lease (its guard extends it at once, in
-    /// the background), so a waiter that crashed while first in line blocks
-    /// the lock no longer than it blocked the line. The guard counts the lease
-    /// from the waiter's last attempt, which came before the handoff, so it
-    /// never counts on more lease than it has.
+    /// own. The lock is set for the waiter's lease but at most
+    /// [`HANDOFF_CLAIM`] until the waiter confirms its lease (its guard
+    /// extends it at once, in the background), so a waiter that crashed or
+    /// was stopped while first in line blocks the lock no longer than that.
+    /// The guard counts the lease from the waiter's last attempt, which came
+    /// before the handoff, so it never counts on more lease than it has. Each
+    /// handoff is numbered, and each busy answer says how far the numbers
+    /// had got: a handoff message that arrives after an answer that came
+    /// after it (the handoff lapsed, and someone else took the lock) is
+    /// ignored, and one whose claim has already run out when it arrives is
+    /// given back, so the waiter never holds a guard while another client
+    /// holds the lock.
     pub const fn fair(mut self, on: bool) -> Self {
         self.fair = on;
         self
@@ -436,6 +516,29 @@ impl<B: LockBackend> Lock<B> {
         wait: Duration,
     ) -> Result<Option<LockGuard<B>>> {
         let deadline = Instant::now() + wait.min(MAX_LEASE);
+        loop {
+            match self.acquire_until(owner, deadline).await? {
+                Acquisition::Held(guard) => return Ok(Some(guard)),
+                Acquisition::Busy => return Ok(None),
+                // A grant that ran out before it could be used: given back;
+                // try again with a new token while the wait lasts.
+                Acquisition::Stale if Instant::now() < deadline => {}
+                Acquisition::Stale => return Ok(None),
+            }
+        }
+    }
+
+    /// One token's attempts until `deadline`: a guard whose lease is still
+    /// running, busy when the wait ran out, or stale when Redis granted the
+    /// lock but its lease had run out by the time the grant was seen (the
+    /// process was paused, a handoff message came late). A stale grant is
+    /// released before this returns, in the background if that fails; the
+    /// caller must not reuse its token.
+    async fn acquire_until(
+        &self,
+        owner: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Acquisition<B>> {
         let token: Arc<str> = new_token().into();
         let lease = self.options.lease.duration();
         let mut cleanup = Cleanup {
@@ -469,30 +572,18 @@ impl<B: LockBackend> Lock<B> {
             // already undone itself on every server).
             let (attempt, unanswered) = match self.backend.acquire(&request).await {
                 Ok(attempt) => (attempt, None),
-                Err(error @ Error::NoQuorum { .. }) => {
-                    (Attempt::Busy { retry_in: None }, Some(error))
-                }
+                Err(error @ Error::NoQuorum { .. }) => (Attempt::busy(None), Some(error)),
                 Err(error) => return Err(error),
             };
-            let held = |fence, claim| {
-                let drift = self.backend.clock_drift(lease);
-                Some(LockGuard::new(
-                    self.backend.clone(),
-                    self.kind,
-                    self.name.clone(),
-                    token.clone(),
+            let (fence, granted) = match attempt {
+                Attempt::Acquired { fence } => (
                     fence,
-                    self.options.lease,
-                    Granted { at: started, claim },
-                    drift,
-                ))
-            };
-            match attempt {
-                Attempt::Acquired { fence } => {
-                    cleanup.armed = false;
-                    return Ok(held(fence, None));
-                }
-                Attempt::Busy { retry_in } => {
+                    Granted {
+                        at: started,
+                        claim: None,
+                    },
+                ),
+                Attempt::Busy { retry_in, handoffs } => {
                     cleanup.armed = self.kind == Kind::Fair;
                     let now = Instant::now();
                     if now >= deadline {
@@ -504,33 +595,63 @@ impl<B: LockBackend> Lock<B> {
                         }
                         return match unanswered {
                             Some(error) => Err(error),
-                            None => Ok(None),
+                            None => Ok(Acquisition::Busy),
                         };
                     }
-                    match waiter.as_mut() {
+                    let Some(armed) = waiter.as_mut() else {
                         // First miss: subscribe, then retry at once so a
                         // release during the subscription is not missed.
-                        None => waiter = Some(self.backend.waiter(self.kind, &self.name, &token)),
-                        Some(waiter) => {
-                            let mut max = deadline - now;
-                            if let Some(ttl) = retry_in {
-                                max = max.min(ttl + Duration::from_millis(1));
-                            }
-                            if self.kind == Kind::Fair {
-                                max = max.min(FAIR_REFRESH);
-                            }
-                            waiter.wait(max).await;
-                            // Handed over while we waited: after this
-                            // attempt was answered, so the claim counts from
-                            // `started` at the earliest.
-                            if let Some(handoff) = waiter.handed_over() {
-                                cleanup.armed = false;
-                                return Ok(held(handoff.fence, Some(handoff.claim)));
-                            }
-                        }
+                        waiter = Some(self.backend.waiter(self.kind, &self.name, &token));
+                        continue;
+                    };
+                    let mut max = deadline - now;
+                    if let Some(ttl) = retry_in {
+                        max = max.min(ttl + Duration::from_millis(1));
                     }
+                    if self.kind == Kind::Fair {
+                        max = max.min(FAIR_REFRESH);
+                    }
+                    armed.wait(max).await;
+                    // Handed over after this attempt was answered (a handoff
+                    // from before the answer has lapsed: the answer was
+                    // busy), so the claim counts from `started` at the
+                    // earliest.
+                    let Some(handoff) = armed.handed_over(handoffs) else {
+                        continue;
+                    };
+                    (
+                        handoff.fence,
+                        Granted {
+                            at: started,
+                            claim: Some(handoff.claim),
+                        },
+                    )
                 }
+            };
+            cleanup.armed = false;
+            let drift = self.backend.clock_drift(lease);
+            if granted.valid_until(self.options.lease, drift) <= Instant::now() {
+                tracing::debug!(lock = %self.name, "a grant ran out before it was seen; giving it back");
+                if self
+                    .backend
+                    .release(self.kind, &self.name, &token)
+                    .await
+                    .is_err()
+                {
+                    cleanup.armed = true;
+                }
+                return Ok(Acquisition::Stale);
             }
+            return Ok(Acquisition::Held(LockGuard::new(
+                self.backend.clone(),
+                self.kind,
+                self.name.clone(),
+                token,
+                fence,
+                self.options.lease,
+                granted,
+                drift,
+            )));
         }
     }
 
@@ -543,6 +664,13 @@ impl<B: LockBackend> Lock<B> {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.backend.force_release(self.kind, &self.name).await
     }
+}
+
+/// What one token's attempts came to (see [`Lock::acquire_until`]).
+enum Acquisition<B: LockBackend> {
+    Held(LockGuard<B>),
+    Busy,
+    Stale,
 }
 
 /// Releases what an interrupted acquisition may have taken.
@@ -584,6 +712,26 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, new_token());
+    }
+
+    /// `lost()` is ready as soon as the lease has run out, even when no
+    /// timer has fired yet (here the whole thread was blocked past the
+    /// lease, as a paused process would be).
+    #[tokio::test(flavor = "current_thread")]
+    async fn lost_is_ready_once_the_lease_has_run_out() {
+        use futures_util::FutureExt;
+        let options = LockOptions::new().lease(Duration::from_millis(30));
+        let lock = Lock::with_options(MemoryBackend::new(), "paused", options).unwrap();
+        let guard = lock.try_lock().await.unwrap().expect("free");
+        assert!(guard.lost().now_or_never().is_none(), "lost at once");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(guard.is_lost());
+        assert!(
+            guard.lost().now_or_never().is_some(),
+            "lost() was pending although is_lost() was true"
+        );
+        let owned = guard.lost_owned();
+        assert!(owned.now_or_never().is_some());
     }
 
     #[test]

@@ -7,7 +7,9 @@ use rand::Rng;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::{AcquireRequest, Attempt, FAIR_SLOT, Handoff, Kind, LockBackend, ReleaseWaiter};
+use super::{
+    AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Handoff, Kind, LockBackend, ReleaseWaiter,
+};
 use crate::backend::{RedisBackend, Subscription};
 use crate::error::{Error, Result};
 use crate::key::Name;
@@ -42,15 +44,16 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// Busy, given the holder's PTTL: -1 = no expiry (a foreign holder) or
-/// queued behind others, -2 = gone meanwhile.
-fn busy(ttl_ms: i64) -> Attempt {
+/// Busy, given the holder's PTTL (-1 = no expiry, a foreign holder, or
+/// queued behind others; -2 = gone meanwhile) and the handoffs so far.
+fn busy(ttl_ms: i64, handoffs: i64) -> Attempt {
     Attempt::Busy {
         retry_in: match ttl_ms {
             -2 => Some(Duration::ZERO),
             ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
             _ => None,
         },
+        handoffs: u64::try_from(handoffs).unwrap_or(0),
     }
 }
 
@@ -88,7 +91,8 @@ where
             .key(self.key(name, "flock:queue"))
             .key(self.key(name, "flock:deadlines"))
             .key(self.key(name, "flock:terms"))
-            .key(self.key(name, "fence"));
+            .key(self.key(name, "fence"))
+            .key(self.key(name, "flock:handoffs"));
         invocation
     }
 
@@ -123,10 +127,10 @@ where
             let mut pipe = redis::pipe();
             pipe.add_command(set).cmd("PTTL").arg(&key);
             let (taken, ttl) = self.bounded(pipe.query_async(&mut conn)).await?;
-            (taken, busy(ttl))
+            (taken, busy(ttl, 0))
         } else {
             let taken = self.bounded(set.query_async(&mut conn)).await?;
-            (taken, Attempt::Busy { retry_in: None })
+            (taken, Attempt::busy(None))
         };
         Ok(match taken {
             Some(_) => Attempt::Acquired { fence: None },
@@ -175,7 +179,7 @@ where
         let name = request.name;
         let fencing = if request.fencing { "1" } else { "0" };
         let lease = millis(request.lease);
-        let (taken, value): (i64, i64) = match request.kind {
+        let reply: Vec<i64> = match request.kind {
             Kind::Plain | Kind::Reentrant => {
                 let script = if request.kind == Kind::Plain {
                     &*ACQUIRE
@@ -203,7 +207,8 @@ where
                     .arg(fencing)
                     .arg(millis(FENCE_TTL))
                     .arg(millis(FAIR_SLOT))
-                    .arg(self.fair_channel_prefix(name));
+                    .arg(self.fair_channel_prefix(name))
+                    .arg(millis(HANDOFF_CLAIM));
                 self.invoke(invocation).await?
             }
             Kind::Semaphore { permits } => {
@@ -214,6 +219,15 @@ where
                     .arg(lease)
                     .arg(permits.get());
                 self.invoke(invocation).await?
+            }
+        };
+        let (taken, value, handoffs) = match reply[..] {
+            [taken, value] => (taken, value, 0),
+            [taken, value, handoffs] => (taken, value, handoffs),
+            _ => {
+                return Err(Error::UnexpectedReply(format!(
+                    "acquire returned {reply:?}"
+                )));
             }
         };
         match taken {
@@ -228,7 +242,7 @@ where
                     };
                 Ok(Attempt::Acquired { fence })
             }
-            0 => Ok(busy(value)),
+            0 => Ok(busy(value, handoffs)),
             other => Err(Error::UnexpectedReply(format!("acquire returned {other}"))),
         }
     }
@@ -242,7 +256,7 @@ where
                     .arg(token)
                     .arg(self.fair_channel_prefix(name))
                     .arg(millis(FENCE_TTL))
-                    .arg(millis(FAIR_SLOT));
+                    .arg(millis(HANDOFF_CLAIM));
                 self.invoke(invocation).await?
             }
             _ => {
@@ -280,7 +294,7 @@ where
             invocation
                 .arg(self.fair_channel_prefix(name))
                 .arg(millis(FENCE_TTL))
-                .arg(millis(FAIR_SLOT));
+                .arg(millis(HANDOFF_CLAIM));
             self.invoke(invocation).await?
         } else {
             let keys = self.lock_keys(kind, name);
@@ -381,12 +395,16 @@ impl ReleaseWaiter for RedisWaiter {
         }
     }
 
-    fn handed_over(&self) -> Option<Handoff> {
+    fn handed_over(&self, after: u64) -> Option<Handoff> {
         if !self.fair {
             return None;
         }
-        let fence = self.subscription.as_ref()?.handed()?;
-        // The scripts' `hand_over` sets the lock for at most the slot.
-        Some(Handoff::new((fence != 0).then_some(fence), FAIR_SLOT))
+        let handed = self.subscription.as_ref()?.handed()?;
+        if handed.number <= after {
+            return None;
+        }
+        let fence = handed.fence;
+        // The scripts' `hand_over` sets the lock for at most the claim.
+        Some(Handoff::new((fence != 0).then_some(fence), HANDOFF_CLAIM))
     }
 }

@@ -315,11 +315,11 @@ impl LockBackend for Redlock {
         let retry_in = results
             .iter()
             .filter_map(|r| match r {
-                Ok(Attempt::Busy { retry_in }) => *retry_in,
+                Ok(Attempt::Busy { retry_in, .. }) => *retry_in,
                 _ => None,
             })
             .min();
-        Ok(Attempt::Busy { retry_in })
+        Ok(Attempt::busy(retry_in))
     }
 
     async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {

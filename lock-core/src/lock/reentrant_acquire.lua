@@ -1,5 +1,6 @@
--- Reentrant lock: a hash with the owner and one field per live acquisition,
--- so the same owner can take it again and each acquisition is released once.
+-- Reentrant lock: a hash with the owner, its fencing token once one was
+-- asked for, and one field per live acquisition, so the same owner can take
+-- it again and each acquisition is released once.
 -- KEYS[1] lock hash, KEYS[2] fencing counter
 -- ARGV[1] acquisition token, ARGV[2] lease ms, ARGV[3] "1" for a fencing
 -- token, ARGV[4] fencing counter TTL ms, ARGV[5] owner
@@ -13,5 +14,14 @@ redis.call('HSET', KEYS[1], 'acq:' .. ARGV[1], 1)
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if ARGV[3] == '1' then return {1, next_fence(KEYS[2], ARGV[4])} end
+if ARGV[3] == '1' then
+  -- One token per holding, not per acquisition: a re-entry gets the token
+  -- the owner already holds, which the resource has seen and still admits.
+  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '')
+  if not fence then
+    fence = next_fence(KEYS[2], ARGV[4])
+    redis.call('HSET', KEYS[1], 'fence', string.format('%d', fence))
+  end
+  return {1, fence}
+end
 return {1, 0}

@@ -58,19 +58,34 @@ impl LeaseState {
         self.lost.is_cancelled() || self.valid_until() <= Instant::now()
     }
 
-    /// Completes when the lease is marked lost or runs out.
+    /// Completes when the lease is marked lost or runs out. Every poll
+    /// first looks at the clock, so the future is ready as soon as
+    /// [`is_lost`](Self::is_lost) is true, whoever polls it (a `select!`
+    /// woken by another branch, after the process was paused), not only
+    /// once the runtime's timer has fired.
     pub(super) async fn lost(&self) {
-        loop {
+        let cancelled = self.lost.cancelled();
+        tokio::pin!(cancelled);
+        let mut timer: Option<(Instant, std::pin::Pin<Box<tokio::time::Sleep>>)> = None;
+        std::future::poll_fn(|cx| {
+            if self.is_lost() || cancelled.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+            // Wake up at the deadline (renewals move it: re-arm then).
             let until = self.valid_until();
-            tokio::select! {
-                () = self.lost.cancelled() => return,
-                () = tokio::time::sleep_until(until) => {
-                    if self.valid_until() <= Instant::now() {
-                        return;
-                    }
+            match &mut timer {
+                Some((at, sleep)) if *at == until => {
+                    let _ = sleep.as_mut().poll(cx);
+                }
+                _ => {
+                    let mut sleep = Box::pin(tokio::time::sleep_until(until));
+                    let _ = sleep.as_mut().poll(cx);
+                    timer = Some((until, sleep));
                 }
             }
-        }
+            std::task::Poll::Pending
+        })
+        .await;
     }
 }
 

@@ -4,6 +4,7 @@
 //! ```text
 //! lock-worker rmw  <redis-url> <lock-name> <counter-key> <rounds> [kind]
 //! lock-worker hold <redis-url> <lock-name> <lease-ms> [kind]
+//! lock-worker wait <redis-url> <lock-name> <lease-ms> <kind> <wait-ms>
 //! lock-worker buy  <redis-url> <item> <buyers> <tag>
 //! lock-worker hit  <redis-url> <key> <limit> <period-ms> <calls>
 //! ```
@@ -31,6 +32,9 @@ async fn main() -> Result<(), Error> {
         ["rmw", url, name, key, rounds, kind] => rmw(url, name, key, rounds.parse()?, kind).await,
         ["hold", url, name, lease] => hold(url, name, lease.parse()?, "plain").await,
         ["hold", url, name, lease, kind] => hold(url, name, lease.parse()?, kind).await,
+        ["wait", url, name, lease, kind, wait] => {
+            wait_once(url, name, lease.parse()?, kind, wait.parse()?).await
+        }
         ["buy", url, item, buyers, tag] => buy(url, item, buyers.parse()?, tag).await,
         ["hit", url, key, limit, period, calls] => {
             hit(url, key, limit.parse()?, period.parse()?, calls.parse()?).await
@@ -72,12 +76,17 @@ impl AnyLock {
     }
 
     async fn lock(&self, wait: Duration) -> Result<LockGuard<RedisBackend>, Error> {
-        let guard = match self {
+        self.try_lock_for(wait)
+            .await?
+            .ok_or_else(|| format!("busy for {wait:?}").into())
+    }
+
+    async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard<RedisBackend>>, Error> {
+        Ok(match self {
             AnyLock::Lock(lock) => lock.lock(wait).await?,
             AnyLock::Reentrant(lock, owner) => lock.lock(owner, wait).await?,
             AnyLock::Semaphore(sem) => sem.acquire(wait).await?,
-        };
-        guard.ok_or_else(|| format!("busy for {wait:?}").into())
+        })
     }
 }
 
@@ -113,6 +122,53 @@ async fn hold(url: &str, name: &str, lease_ms: u64, kind: &str) -> Result<(), Er
     let _guard = lock.lock(Duration::from_secs(30)).await?;
     println!("held");
     std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Waits up to `wait_ms` for a lock of `kind` with a fixed lease, and prints
+/// what it got the moment `lock` returned: `got lost=<0|1> holder=<0|1>
+/// valid_ms=<n>`, or `busy`; `holder` says whether Redis named this guard
+/// the holder right after. Then releases it and exits.
+async fn wait_once(
+    url: &str,
+    name: &str,
+    lease_ms: u64,
+    kind: &str,
+    wait_ms: u64,
+) -> Result<(), Error> {
+    let backend = RedisBackend::connect(url).await?;
+    let mut conn = backend.connection();
+    let options = LockOptions::new().lease(Duration::from_millis(lease_ms));
+    let lock = AnyLock::new(backend, name, kind, options)?;
+    println!("waiting");
+    match lock.try_lock_for(Duration::from_millis(wait_ms)).await? {
+        Some(guard) => {
+            let (lost, valid) = (guard.is_lost(), guard.valid_for());
+            let holder = match kind {
+                "reentrant" => {
+                    let field = format!("acq:{}", guard.token());
+                    conn.hexists(format!("lock:{{{name}}}:rlock"), field)
+                        .await?
+                }
+                _ => {
+                    let key = match kind {
+                        "fair" => format!("lock:{{{name}}}:flock"),
+                        _ => format!("lock:{{{name}}}:lock"),
+                    };
+                    let holder: Option<String> = conn.get(key).await?;
+                    holder.as_deref() == Some(guard.token())
+                }
+            };
+            println!(
+                "got lost={} holder={} valid_ms={}",
+                u8::from(lost),
+                u8::from(holder),
+                valid.as_millis(),
+            );
+            guard.release().await?;
+        }
+        None => println!("busy"),
+    }
     Ok(())
 }
 
