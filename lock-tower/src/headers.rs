@@ -223,7 +223,7 @@ mod tests {
             policy.clone(),
         )
         .unwrap();
-        let decision = limiter.check_cost_now("k", 3).unwrap().unwrap();
+        let decision = limiter.check_now("k", 3).unwrap().unwrap();
         let mut headers = HeaderMap::new();
         apply(
             &mut headers,

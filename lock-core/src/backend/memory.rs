@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
+use super::clock::{Clock, ManualClock};
 use crate::counter::memory::CounterTable;
 use crate::lock::memory::LockTable;
 pub use crate::rate::memory::DEFAULT_MAX_KEYS;
-use crate::rate::memory::RateTable;
+use crate::rate::memory::RateState;
 
 /// Gives back most of a map's room once a sweep (or a removal) has left it
 /// mostly empty (a hash map never shrinks by itself): after a burst of
@@ -19,23 +20,32 @@ pub(crate) fn shrink_swept<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K,
     map.shrink_to(map.len().saturating_mul(4));
 }
 
-#[derive(Default)]
 pub(crate) struct MemoryInner {
     pub(crate) locks: LockTable,
-    pub(crate) rates: RateTable,
+    pub(crate) rates: RateState,
     pub(crate) counters: CounterTable,
 }
 
 /// In-memory backend. Cloning shares the state.
+///
+/// Rate limits read Unix time (so windows begin where they do on Redis),
+/// or a [`ManualClock`] in tests. Each limiter quota keeps at most
+/// [`DEFAULT_MAX_KEYS`] live callers (see [`MemoryBuilder::max_keys`]).
 ///
 /// ```
 /// use lock_core::backend::MemoryBackend;
 /// let backend = MemoryBackend::new();
 /// let same = backend.clone();
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryBackend {
     pub(crate) inner: Arc<MemoryInner>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::builder().build()
+    }
 }
 
 impl MemoryBackend {
@@ -44,34 +54,59 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// A backend whose rate limits are kept in `rates` (for tests that set
-    /// the table's clock).
-    #[cfg(test)]
-    pub(crate) fn with_rate_table(rates: RateTable) -> Self {
-        MemoryBackend {
-            inner: Arc::new(MemoryInner {
-                rates,
-                ..MemoryInner::default()
-            }),
+    /// A backend with a different cap on live callers or a different
+    /// clock.
+    pub fn builder() -> MemoryBuilder {
+        MemoryBuilder {
+            max_keys: DEFAULT_MAX_KEYS,
+            clock: None,
         }
     }
 
-    /// A backend that keeps at most `max_keys` live rate-limit keys (default
-    /// [`DEFAULT_MAX_KEYS`]). Past the cap, expired keys are dropped first, then
-    /// arbitrary live ones (their limits start afresh), so memory stays flat.
-    /// Once idle keys have expired and been swept, the tables shrink again:
-    /// a burst of distinct keys does not keep its memory.
-    ///
-    /// Rate-limit state is split into shards with a lock each (more on
-    /// machines with more threads; one below 2,048 keys), so that callers
-    /// with different keys rarely wait for each other. The cap is divided
-    /// evenly among them: a shard that fills evicts on its own, so eviction
-    /// may start a little before the table as a whole is full.
+    /// A backend that keeps at most `max_keys` live callers per limiter
+    /// quota (see [`MemoryBuilder::max_keys`]).
     pub fn with_max_keys(max_keys: usize) -> Self {
+        Self::builder().max_keys(max_keys).build()
+    }
+}
+
+/// Settings of a [`MemoryBackend`], from [`MemoryBackend::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "call build() to make the backend"]
+pub struct MemoryBuilder {
+    max_keys: usize,
+    clock: Option<ManualClock>,
+}
+
+impl MemoryBuilder {
+    /// Keep at most `max_keys` live callers per limiter quota (default
+    /// [`DEFAULT_MAX_KEYS`]), so memory stays flat under a stream of
+    /// distinct keys. Past the cap, callers the backend does not know yet
+    /// share one overflow caller with the same quota, while the callers it
+    /// knows keep their own state: a client that rotates its keys cannot
+    /// reset anyone else's limit, though it shares its room with other
+    /// newcomers until idle callers are dropped. Idle callers (whose limit
+    /// is whole again) are dropped as new ones come, and the memory they
+    /// took is given back.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Read rate-limit time from `clock` instead of the system's.
+    pub fn clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The backend.
+    pub fn build(self) -> MemoryBackend {
+        let clock = self.clock.map_or_else(Clock::default, Clock::Manual);
         MemoryBackend {
             inner: Arc::new(MemoryInner {
-                rates: RateTable::new(max_keys),
-                ..MemoryInner::default()
+                locks: LockTable::default(),
+                rates: RateState::new(clock, self.max_keys),
+                counters: CounterTable::default(),
             }),
         }
     }

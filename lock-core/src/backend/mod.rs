@@ -3,12 +3,14 @@
 //! A backend is a cheap-to-clone handle; each primitive is implemented for
 //! each backend through its own trait (for locks, [`LockBackend`](crate::lock::LockBackend)).
 
+pub(crate) mod clock;
 mod memory;
 pub(crate) mod notify;
 mod pubsub;
 mod redis;
 
+pub use self::clock::ManualClock;
 pub(crate) use self::memory::shrink_swept;
-pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend};
+pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryBuilder};
 pub(crate) use self::pubsub::Subscription;
 pub use self::redis::{RedisBackend, RedisConfig};

@@ -1,62 +1,69 @@
--- GCRA over several quotas, all or nothing, on Redis time in microseconds.
--- KEYS[i]: theoretical arrival time (TAT) of quota i, in us.
--- ARGV[1]: cost; ARGV[2i], ARGV[2i+1]: emission interval in us (period /
--- limit, rounded down) and the burst window in us (limit * interval).
+-- GCRA over several quotas, all or nothing, on Redis time.
+-- KEYS[i]: quota i's state, "<last us> <debt>": at Redis time <last us>
+-- the caller's theoretical arrival time was <debt> ticks ahead.
+-- ARGV[1]: cost; ARGV[3i-1], ARGV[3i], ARGV[3i+1]: the emission interval
+-- (period / limit, rounded up to a whole tick) and the burst window, in
+-- ticks, and ticks per microsecond (1000: ticks are nanoseconds; 1: ticks
+-- are microseconds, for windows whose nanoseconds would not be exact in a
+-- Lua number). Every number here is an integer below 2^53, so exact.
 -- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
 local cost = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if #KEYS == 1 then
-  -- One quota (the common case): the same rules as below, inline and
-  -- without tables. Tables cost Redis more than the commands themselves,
-  -- and so do local functions (a closure per call), hence the repetition.
-  local key, interval, period = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-  local tat = tonumber(redis.call('GET', key) or '0')
-  if tat < now then tat = now end
-  local new_tat = tat + cost * interval
-  local allow_at = new_tat - period
-  if allow_at > now then
-    local remaining = math.floor((now + period - tat) / interval)
-    if remaining < 0 then remaining = 0 end
-    return {0, 0, remaining, tat - now, allow_at - now}
-  end
-  if cost > 0 then
-    redis.call('SET', key, string.format('%d', new_tat),
-               'PX', math.ceil((new_tat - now) / 1000))
-  end
-  return {1, 0, math.floor((now + period - new_tat) / interval), new_tat - now, 0}
+
+-- floor(a / b) for integers, exactly.
+local function div(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
 end
+
+-- ceil(ticks / per_us), in microseconds.
+local function micros(ticks, per_us)
+  return div(ticks + per_us - 1, per_us)
+end
+
 local st = {}
 local allowed = 1
 for i = 1, #KEYS do
-  local interval, period = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if tat < now then tat = now end
-  local new_tat = tat + cost * interval
-  local allow_at = new_tat - period
-  local retry = 0
-  if allow_at > now then
-    allowed = 0
-    retry = allow_at - now
+  local interval = tonumber(ARGV[3 * i - 1])
+  local window = tonumber(ARGV[3 * i])
+  local per_us = tonumber(ARGV[3 * i + 1])
+  local debt = 0
+  local s = redis.call('GET', KEYS[i])
+  if s then
+    local last, d = string.match(s, '^(%d+) (%d+)$')
+    if last then
+      -- Far past: the product may not be exact, but is then far above d.
+      debt = tonumber(d) - (now - tonumber(last)) * per_us
+      if debt < 0 then debt = 0 end
+    end
   end
-  st[i] = {interval = interval, period = period, tat = tat, new_tat = new_tat, retry = retry}
+  local after = debt + cost * interval
+  local retry = 0
+  if after > window then
+    allowed = 0
+    retry = after - window
+  end
+  st[i] = {interval = interval, window = window, per_us = per_us,
+           debt = debt, after = after, retry = retry}
 end
 local best
 for i = 1, #KEYS do
   local s = st[i]
   if allowed == 1 then
     if cost > 0 then
-      redis.call('SET', KEYS[i], string.format('%d', s.new_tat),
-                 'PX', math.ceil((s.new_tat - now) / 1000))
+      s.debt = s.after
+      -- Kept until the debt is paid off: then it is a fresh caller's.
+      redis.call('SET', KEYS[i], string.format('%d %d', now, s.debt),
+                 'PX', div(s.debt + 1000 * s.per_us - 1, 1000 * s.per_us))
     end
-    s.tat = s.new_tat
-    s.left = math.floor((now + s.period - s.tat) / s.interval)
+    s.left = div(s.window - s.debt, s.interval)
     if best == nil or s.left < st[best].left then best = i end
   elseif s.retry > 0 and (best == nil or s.retry > st[best].retry) then
     best = i
   end
 end
 local s = st[best]
-local remaining = math.floor((now + s.period - s.tat) / s.interval)
-if remaining < 0 then remaining = 0 end
-return {allowed, best - 1, remaining, s.tat - now, s.retry}
+return {allowed, best - 1, div(s.window - s.debt, s.interval),
+        micros(s.debt, s.per_us), micros(s.retry, s.per_us)}

@@ -4,12 +4,18 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::redis::gcra_interval_us;
+use super::gcra::Gcra;
 use crate::error::{Error, Result};
 
 /// "`limit` per `period`": at most `limit` units of cost in any period (the
 /// burst), replenished over the period. Invalid quotas cannot be built: the
 /// limit is a [`NonZeroU32`] and the period is checked to be at least 1 ms.
+///
+/// Under GCRA, one unit comes back every `period / limit`, rounded up to
+/// the nanosecond (to the microsecond for periods over about 104 days), so
+/// that over any span of time at most `limit + limit × elapsed / period`
+/// units get through, on both backends. The rounding costs at most 0.1% of
+/// the rate, for the finest quota accepted (a million per second).
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -141,8 +147,8 @@ pub struct Policy {
     quotas: Vec<Quota>,
     /// Key suffix of each quota, built once.
     suffixes: Vec<Arc<str>>,
-    /// GCRA emission interval of each quota, in microseconds.
-    gcra_intervals: Vec<u64>,
+    /// GCRA timing of each quota.
+    gcras: Vec<Gcra>,
 }
 
 /// Most quotas in one policy.
@@ -155,7 +161,7 @@ impl Policy {
             algorithm,
             quotas: Vec::new(),
             suffixes: Vec::new(),
-            gcra_intervals: Vec::new(),
+            gcras: Vec::new(),
         }
     }
 
@@ -168,8 +174,8 @@ impl Policy {
             quota.period_ms()
         );
         self.suffixes.push(Arc::from(suffix));
-        self.gcra_intervals
-            .push(gcra_interval_us(quota.limit(), quota.period_ms() * 1000));
+        self.gcras
+            .push(Gcra::new(quota.limit(), quota.limit(), quota.period()));
         self.quotas.push(quota);
         self
     }
@@ -218,8 +224,9 @@ impl Policy {
         &self.suffixes
     }
 
-    pub(crate) fn gcra_intervals(&self) -> &[u64] {
-        &self.gcra_intervals
+    /// GCRA timing of each quota.
+    pub(crate) fn gcras(&self) -> &[Gcra] {
+        &self.gcras
     }
 
     pub(crate) fn check_cost(&self, cost: u32) -> Result<()> {

@@ -1,11 +1,12 @@
 //! Rate limiting on Redis: one script per algorithm, every quota in one call.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::{Algorithm, Decision, Policy, RateBackend, RateKey, decision};
+use super::{Algorithm, Decision, RateBackend, RateRequest, decision};
 use crate::backend::RedisBackend;
 use crate::error::{Error, Result};
 
@@ -15,35 +16,32 @@ static SLIDING_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
 
-/// GCRA emission interval in microseconds: `period / limit`, rounded down
-/// (at least 1 us; policies are validated for that).
-pub(crate) fn gcra_interval_us(limit: u32, period_us: u64) -> u64 {
-    (period_us / u64::from(limit)).max(1)
-}
-
 impl<C> RateBackend for RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn check(&self, key: RateKey<'_>, policy: &Policy, cost: u32) -> Result<Decision> {
+    async fn check(&self, request: &RateRequest<'_>) -> Result<Decision> {
+        let policy = request.policy;
         let script = match policy.algorithm() {
             Algorithm::FixedWindow => &*FIXED_WINDOW,
             Algorithm::SlidingWindow => &*SLIDING_WINDOW,
             Algorithm::Gcra => &*GCRA,
         };
         let mut invocation = script.prepare_invoke();
-        invocation.arg(cost);
-        let params = policy.quotas().iter().zip(policy.gcra_intervals());
-        for ((quota, &interval), suffix) in params.zip(policy.suffixes()) {
-            invocation.key(
-                self.keyspace()
-                    .scoped_key(key.scope().as_str(), key.key(), suffix),
-            );
+        invocation.arg(request.cost);
+        request.caller.write(|caller| {
+            let scope = request.scope.as_str();
+            for suffix in policy.suffixes() {
+                invocation.key(self.keyspace().scoped_key(scope, caller, suffix));
+            }
+        });
+        for (quota, gcra) in policy.quotas().iter().zip(policy.gcras()) {
             match policy.algorithm() {
                 Algorithm::Gcra => {
                     invocation
-                        .arg(interval)
-                        .arg(interval * u64::from(quota.limit()));
+                        .arg(gcra.interval_ticks())
+                        .arg(gcra.window_ticks())
+                        .arg(1000 / gcra.tick_ns());
                 }
                 _ => {
                     invocation.arg(quota.limit()).arg(quota.period_ms());
@@ -56,14 +54,14 @@ where
             .ok()
             .filter(|&i| i < policy.quotas().len())
             .ok_or_else(|| Error::UnexpectedReply(format!("quota index {index}")))?;
-        let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
+        let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
         Ok(decision(
             policy,
             allowed == 1,
             index,
-            non_negative(remaining),
-            non_negative(reset_us),
-            non_negative(retry_us),
+            u64::try_from(remaining).unwrap_or(0),
+            micros(reset_us),
+            micros(retry_us),
         ))
     }
 }

@@ -1,144 +1,15 @@
 //! Keys by IP address: the TCP peer ([`PeerIp`]) and the client behind
 //! trusted proxies ([`ClientIp`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use arrayvec::ArrayString;
 use http::HeaderMap;
 use http::header::{FORWARDED, HeaderName};
 use ipnet::IpNet;
+use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
-use super::{HeadersRead, KeyExtractor, RequestParts, TypedKey};
-
-/// The key of an IP address, formatted on the stack: IPv6 addresses grouped
-/// by prefix (one customer usually owns a whole /64), IPv4-mapped IPv6
-/// addresses turned back into IPv4.
-// The longest key is `ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128`.
-struct IpKey(ArrayString<48>);
-
-impl IpKey {
-    fn new(ip: IpAddr, v6_prefix: u8) -> Self {
-        let mut key = ArrayString::new();
-        match (ipv4_of(ip), ip) {
-            (Some(v4), _) => {
-                // Dotted quad by hand: `Display` for `Ipv4Addr` goes through
-                // the formatting machinery four times. At most 15 bytes, so
-                // no push can fail.
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        let _ = key.try_push('.');
-                    }
-                    push_decimal(&mut key, octet);
-                }
-            }
-            (None, IpAddr::V6(v6)) => {
-                let prefix = v6_prefix.min(128);
-                let mask = if prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - u32::from(prefix))
-                };
-                // Not IPv4-mapped either: had the mask kept the first 96
-                // bits, the address itself would have been mapped.
-                push_v6(&mut key, Ipv6Addr::from(u128::from(v6) & mask));
-                let _ = key.try_push('/');
-                push_decimal(&mut key, prefix);
-            }
-            (None, IpAddr::V4(_)) => unreachable!("IPv4 is handled above"),
-        }
-        IpKey(key)
-    }
-
-    fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-}
-
-/// The IPv4 address whose dotted quad is the key of `ip` ([`IpKey`]): `ip`
-/// itself, or the address an IPv4-mapped IPv6 address maps.
-#[inline(always)]
-fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
-    match ip {
-        IpAddr::V4(v4) => Some(v4),
-        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
-    }
-}
-
-/// The dotted quad of `ip`, as `Display` writes it, without the formatting
-/// machinery.
-pub(super) fn ipv4_text(ip: Ipv4Addr) -> ArrayString<48> {
-    IpKey::new(IpAddr::V4(ip), DEFAULT_V6_PREFIX).0
-}
-
-/// Calls `f` with the key of `ip`: the IPv4 address itself, or the IPv6
-/// network of `v6_prefix` bits it belongs to, neither written out.
-#[inline(always)]
-fn typed<R>(ip: IpAddr, v6_prefix: u8, f: impl FnOnce(Option<TypedKey<'_>>) -> R) -> R {
-    match (ipv4_of(ip), ip) {
-        (Some(v4), _) => f(Some(TypedKey::Ipv4(v4))),
-        (None, IpAddr::V6(address)) => f(Some(TypedKey::Ipv6Network {
-            address,
-            prefix: v6_prefix.min(128),
-        })),
-        (None, IpAddr::V4(_)) => unreachable!("IPv4 is handled above"),
-    }
-}
-
-/// Writes `n` in decimal, as `Display` does.
-fn push_decimal(key: &mut ArrayString<48>, n: u8) {
-    let digit = |d: u8| char::from(b'0' + d);
-    if n >= 100 {
-        let _ = key.try_push(digit(n / 100));
-    }
-    if n >= 10 {
-        let _ = key.try_push(digit(n / 10 % 10));
-    }
-    let _ = key.try_push(digit(n % 10));
-}
-
-/// Writes `v6` as `Display` for `Ipv6Addr` writes an address that is not
-/// IPv4-mapped (RFC 5952): groups in lowercase hex without leading zeros,
-/// and the first of the longest runs of two or more zero groups as `::`.
-/// `Display` takes three times the instructions (about 1,380 against 470
-/// for a /64 key). At most 39 bytes, so no push can fail.
-fn push_v6(key: &mut ArrayString<48>, v6: Ipv6Addr) {
-    let groups = v6.segments();
-    // The first longest run of zero groups, as `start..end`.
-    let (mut start, mut end, mut run_start) = (0, 0, 0);
-    for (i, &group) in groups.iter().enumerate() {
-        if group != 0 {
-            run_start = i + 1;
-        } else if i + 1 - run_start > end - start {
-            (start, end) = (run_start, i + 1);
-        }
-    }
-    let hex = |key: &mut ArrayString<48>, group: u16| {
-        let digits = (16 - group.leading_zeros()).div_ceil(4).max(1);
-        for shift in (0..digits).rev() {
-            let nibble = (group >> (4 * shift)) & 0xf;
-            let _ = key.try_push(char::from(b"0123456789abcdef"[usize::from(nibble)]));
-        }
-    };
-    let push_all = |key: &mut ArrayString<48>, groups: &[u16]| {
-        for (i, &group) in groups.iter().enumerate() {
-            if i > 0 {
-                let _ = key.try_push(':');
-            }
-            hex(key, group);
-        }
-    };
-    if end - start > 1 {
-        push_all(key, &groups[..start]);
-        let _ = key.try_push_str("::");
-        push_all(key, &groups[end..]);
-    } else {
-        push_all(key, &groups);
-    }
-}
-
-/// The default IPv6 grouping prefix.
-pub const DEFAULT_V6_PREFIX: u8 = 64;
+use super::{HeadersRead, KeyExtractor, RequestParts};
 
 /// The TCP peer's IP address. Behind a reverse proxy every request comes from
 /// the proxy: use [`ClientIp`] there.
@@ -170,26 +41,18 @@ impl PeerIp {
 
 impl KeyExtractor for PeerIp {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        self.with_key(request, |key| key.map(str::to_owned))
+        let peer = request.peer_addr()?;
+        Some(Caller::ip(peer.ip(), self.v6_prefix).to_string())
     }
 
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        match request.peer_addr() {
-            Some(peer) => f(Some(IpKey::new(peer.ip(), self.v6_prefix).as_str())),
-            None => f(None),
-        }
-    }
-
-    #[inline(always)]
-    fn with_typed_key<R>(
+    fn with_caller<R>(
         &self,
         request: RequestParts<'_>,
-        f: impl FnOnce(Option<TypedKey<'_>>) -> R,
+        f: impl FnOnce(Option<Caller<'_>>) -> R,
     ) -> R {
-        match request.peer_addr() {
-            Some(peer) => typed(peer.ip(), self.v6_prefix, f),
-            None => f(None),
-        }
+        f(request
+            .peer_addr()
+            .map(|peer| Caller::ip(peer.ip(), self.v6_prefix)))
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
@@ -323,25 +186,18 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        self.with_key(request, |key| key.map(str::to_owned))
+        let client = self.client(request)?;
+        Some(Caller::ip(client, self.v6_prefix).to_string())
     }
 
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        match self.client(request) {
-            Some(ip) => f(Some(IpKey::new(ip, self.v6_prefix).as_str())),
-            None => f(None),
-        }
-    }
-
-    fn with_typed_key<R>(
+    fn with_caller<R>(
         &self,
         request: RequestParts<'_>,
-        f: impl FnOnce(Option<TypedKey<'_>>) -> R,
+        f: impl FnOnce(Option<Caller<'_>>) -> R,
     ) -> R {
-        match self.client(request) {
-            Some(ip) => typed(ip, self.v6_prefix, f),
-            None => f(None),
-        }
+        f(self
+            .client(request)
+            .map(|ip| Caller::ip(ip, self.v6_prefix)))
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
@@ -429,57 +285,46 @@ mod tests {
         );
     }
 
-    /// An extractor's typed key is its text key, with an IPv4 address (or
-    /// an IPv4-mapped one) as the address: the memory backend decides by
-    /// either as one caller.
+    /// An extractor's caller is its text key's caller: an IPv4 address
+    /// (or an IPv4-mapped one) as the address, an IPv6 address's network.
     #[test]
-    fn typed_keys_agree_with_text_keys() {
+    fn callers_agree_with_text_keys() {
         let cases = [
-            ("192.0.2.1:1", vec![], Some("192.0.2.1")),
-            ("[::ffff:192.0.2.1]:1", vec![], Some("192.0.2.1")),
-            ("[2001:db8::1]:1", vec![], None),
+            ("192.0.2.1:1", vec![]),
+            ("[::ffff:192.0.2.1]:1", vec![]),
+            ("[2001:db8::1]:1", vec![]),
             (
                 "10.0.0.2:5000",
                 vec![("x-forwarded-for", "6.6.6.6, 10.0.0.1")],
-                Some("6.6.6.6"),
             ),
-            (
-                "10.0.0.2:5000",
-                vec![("x-forwarded-for", "2001:db8::7")],
-                None,
-            ),
+            ("10.0.0.2:5000", vec![("x-forwarded-for", "2001:db8::7")]),
             (
                 "10.0.0.2:5000",
                 vec![("x-forwarded-for", "[::ffff:7.7.7.7]:80")],
-                Some("7.7.7.7"),
             ),
-            ("10.0.0.2:5000", vec![], Some("10.0.0.2")),
+            ("10.0.0.2:5000", vec![]),
         ];
-        fn check(key: &impl KeyExtractor, parts: RequestParts<'_>, v4: Option<&str>) {
+        fn check(key: &impl KeyExtractor, parts: RequestParts<'_>) {
             let text = key.extract(parts).expect("a key");
-            key.with_typed_key(parts, |typed| match (typed, v4) {
-                (Some(TypedKey::Ipv4(ip)), Some(v4)) => {
-                    assert_eq!(ip, v4.parse::<Ipv4Addr>().unwrap());
-                    assert_eq!(ip.to_string(), text);
-                }
-                (Some(typed @ TypedKey::Ipv6Network { .. }), None) => {
-                    assert_eq!(typed.to_text(), text);
-                }
-                (typed, _) => panic!("{typed:?} for {text}, expected {v4:?}"),
+            key.with_caller(parts, |caller| {
+                let caller = caller.expect("a caller");
+                assert!(!matches!(caller, Caller::Text(_)), "{caller:?}");
+                assert_eq!(caller, Caller::parse(&text));
+                assert_eq!(caller.to_string(), text);
             });
         }
-        for (peer, headers, v4) in cases {
+        for (peer, headers) in cases {
             let req = request(peer, &headers);
             let parts = RequestParts::new(&req);
-            check(&client_ip(), parts, v4);
+            check(&client_ip(), parts);
             if headers.is_empty() {
-                check(&PeerIp::new(), parts, v4);
+                check(&PeerIp::new(), parts);
             }
         }
         let no_peer = Request::get("/").body(()).unwrap();
         let parts = RequestParts::new(&no_peer);
-        assert!(PeerIp::new().with_typed_key(parts, |key| key.is_none()));
-        assert!(client_ip().with_typed_key(parts, |key| key.is_none()));
+        assert!(PeerIp::new().with_caller(parts, |key| key.is_none()));
+        assert!(client_ip().with_caller(parts, |key| key.is_none()));
     }
 
     #[test]
@@ -497,75 +342,5 @@ mod tests {
         );
         let mapped = request("[::ffff:192.0.2.1]:1", &[]);
         assert_eq!(key(&mapped).as_deref(), Some("192.0.2.1"));
-    }
-
-    #[test]
-    fn ip_keys_match_std_formatting() {
-        let mut addresses: Vec<IpAddr> = ["0.0.0.0", "9.10.99.100", "255.255.255.255", "::"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
-        for i in 0..=255u8 {
-            addresses.push(IpAddr::from([i, i.wrapping_mul(7), 200, i / 3]));
-        }
-        for ip in addresses {
-            let expected = match ip {
-                IpAddr::V4(v4) => v4.to_string(),
-                IpAddr::V6(_) => "::/64".to_owned(),
-            };
-            assert_eq!(IpKey::new(ip, 64).as_str(), expected);
-        }
-        let longest: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
-        assert_eq!(
-            IpKey::new(longest, 128).as_str(),
-            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"
-        );
-    }
-
-    /// The expected key of an IPv6 address that is not IPv4-mapped.
-    fn std_v6_key(v6: Ipv6Addr, prefix: u8) -> String {
-        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-        format!("{}/{prefix}", Ipv6Addr::from(u128::from(v6) & mask))
-    }
-
-    #[test]
-    fn ipv6_keys_match_std_formatting() {
-        // Every pattern of zero and non-zero groups (which decides where
-        // `::` goes), with groups of one to four hex digits.
-        let values = [0x1, 0xa, 0x10, 0x1f, 0x100, 0xabc, 0x1000, 0xffff];
-        for pattern in 0..=u8::MAX {
-            for (v, _) in values.iter().enumerate() {
-                let mut groups = [0u16; 8];
-                for (i, group) in groups.iter_mut().enumerate() {
-                    if pattern & (1 << i) != 0 {
-                        *group = values[(v + i) % values.len()];
-                    }
-                }
-                let v6 = Ipv6Addr::from(groups);
-                if v6.to_ipv4_mapped().is_some() {
-                    continue;
-                }
-                assert_eq!(
-                    IpKey::new(IpAddr::V6(v6), 128).as_str(),
-                    std_v6_key(v6, 128),
-                    "{groups:x?}"
-                );
-            }
-        }
-        // Every prefix length, on addresses spread over the space.
-        let mut x: u128 = 0x2001_0db8_85a3_0000_0000_8a2e_0370_7334;
-        for _ in 0..64 {
-            let v6 = Ipv6Addr::from(x);
-            for prefix in 0..=128 {
-                let expected = match v6.to_ipv4_mapped() {
-                    Some(v4) => v4.to_string(),
-                    None => std_v6_key(v6, prefix),
-                };
-                assert_eq!(IpKey::new(IpAddr::V6(v6), prefix).as_str(), expected);
-            }
-            x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ 0x9e37_79b9;
-        }
-        let mapped = IpAddr::V6("::ffff:10.1.2.3".parse().unwrap());
-        assert_eq!(IpKey::new(mapped, 0).as_str(), "10.1.2.3");
     }
 }

@@ -11,19 +11,20 @@
 //!
 //! The peer address is read from request extensions: a [`SocketAddr`], or
 //! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`. [`PeerIp`] and
-//! [`ClientIp`] hand an IPv4 address, or an IPv6 address's network, to the
-//! in-memory backend as it is ([`KeyExtractor::with_typed_key`]): the same
-//! key as its text (`192.0.2.7`, `2001:db8:1:2::/64`), not written out.
+//! [`ClientIp`] hand a rate limiter the address itself, an IPv6 address as
+//! its network ([`KeyExtractor::with_caller`], a [`Caller`]): the same key
+//! as its text (`192.0.2.7`, `2001:db8:1:2::/64`), not written out.
 
 mod ip;
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::HeaderName;
 use http::{Extensions, HeaderMap, Method, Request, Uri};
+pub use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
-pub use self::ip::{ClientIp, DEFAULT_V6_PREFIX, ForwardedHeader, PeerIp};
+pub use self::ip::{ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key extractor may look at.
 #[derive(Debug, Clone, Copy)]
@@ -111,32 +112,27 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
         f(self.extract(request).as_deref())
     }
 
-    /// Calls `f` with the key of the request as a [`TypedKey`]: an IPv4
-    /// address as it is, when the key is that address's dotted quad, or an
-    /// IPv6 network, when the key is the network's text. With a backend that
-    /// holds addresses as they are (in memory), the middleware then decides
-    /// without writing the key out. The default lends the
-    /// text of [`with_key`](Self::with_key); [`PeerIp`] and [`ClientIp`]
-    /// override it.
+    /// Calls `f` with the request's [`Caller`]: the rate limiters decide
+    /// by it. The default parses the text of [`with_key`](Self::with_key)
+    /// ([`Caller::parse`]); [`PeerIp`] and [`ClientIp`] hand the address
+    /// itself, so the in-memory backend decides without writing it out.
     ///
     /// ```
-    /// use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-    /// use lock_tower::key::{KeyExtractor, PathKey, PeerIp, RequestParts, TypedKey};
+    /// use std::net::{Ipv4Addr, SocketAddr};
+    /// use lock_tower::key::{Caller, KeyExtractor, PathKey, PeerIp, RequestParts};
     /// let mut request = http::Request::get("/orders").body(()).unwrap();
     /// request.extensions_mut().insert(SocketAddr::from(([192, 0, 2, 7], 4000)));
     /// let parts = RequestParts::new(&request);
-    /// let peer = Some(TypedKey::Ipv4(Ipv4Addr::new(192, 0, 2, 7)));
-    /// assert!(PeerIp::new().with_typed_key(parts, |key| key == peer));
-    /// let text = PeerIp::new().with_typed_key(parts, |key| key.map(TypedKey::to_text));
-    /// assert_eq!(text.as_deref(), Some("192.0.2.7"));
-    /// assert!(PathKey.with_typed_key(parts, |key| key == Some(TypedKey::Text("/orders"))));
+    /// let peer = Some(Caller::Ipv4(Ipv4Addr::new(192, 0, 2, 7)));
+    /// assert!(PeerIp::new().with_caller(parts, |caller| caller == peer));
+    /// assert!(PathKey.with_caller(parts, |caller| caller == Some(Caller::Text("/orders"))));
     /// ```
-    fn with_typed_key<R>(
+    fn with_caller<R>(
         &self,
         request: RequestParts<'_>,
-        f: impl FnOnce(Option<TypedKey<'_>>) -> R,
+        f: impl FnOnce(Option<Caller<'_>>) -> R,
     ) -> R {
-        self.with_key(request, |key| f(key.map(TypedKey::Text)))
+        self.with_key(request, |key| f(key.map(Caller::parse)))
     }
 
     /// Which header fields the key depends on (default: all of them).
@@ -155,40 +151,6 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// ```
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::All
-    }
-}
-
-/// A request's key as [`KeyExtractor::with_typed_key`] lends it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TypedKey<'a> {
-    /// The key is this address's dotted quad (`ip.to_string()`): the same
-    /// key, not written out.
-    Ipv4(Ipv4Addr),
-    /// The key is the text of the IPv6 network of `address` with `prefix`
-    /// bits ([`lock_core::rate::ipv6_network_key`], `2001:db8:1:2::/64`): the
-    /// same key, not written out. `address` may have bits set past the
-    /// prefix.
-    Ipv6Network {
-        /// An address of the network.
-        address: Ipv6Addr,
-        /// The network's prefix length.
-        prefix: u8,
-    },
-    /// The key.
-    Text(&'a str),
-}
-
-impl TypedKey<'_> {
-    /// The key's text.
-    pub fn to_text(self) -> String {
-        match self {
-            TypedKey::Ipv4(ip) => ip::ipv4_text(ip).as_str().to_owned(),
-            TypedKey::Ipv6Network { address, prefix } => {
-                lock_core::rate::ipv6_network_key(address, prefix)
-            }
-            TypedKey::Text(key) => key.to_owned(),
-        }
     }
 }
 

@@ -233,7 +233,7 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     /// let policy = Policy::new(Algorithm::FixedWindow)
     ///     .quota(Quota::per_minute(NonZeroU32::new(10).unwrap()));
     /// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
-    /// let decision = limiter.check_cost_now("k", 1).unwrap().unwrap();
+    /// let decision = limiter.check_now("k", 1).unwrap().unwrap();
     /// let layer = RateLimitLayer::new(limiter, GlobalKey::new());
     /// let mut fields = Vec::new();
     /// layer.for_each_field(&decision, |name, value| fields.push((name.clone(), value)));

@@ -1,4 +1,3 @@
-use std::net::Ipv6Addr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -6,7 +5,7 @@ use bytes::Bytes;
 use futures_util::future::Either;
 use http::{Request, Response, StatusCode};
 use lock_core::Error;
-use lock_core::rate::{Admission, Decision, RateBackend};
+use lock_core::rate::{Decision, RateBackend};
 use tower::Service;
 
 use super::RateVerdict as Verdict;
@@ -14,7 +13,7 @@ use super::future::ResponseFuture;
 use super::layer::Shared;
 use crate::failure::{MissingKey, OnBackendFailure};
 use crate::headers;
-use crate::key::{KeyExtractor, RequestParts, TypedKey};
+use crate::key::{KeyExtractor, RequestParts};
 use crate::response::{plain, unavailable};
 
 /// A decision for a type-erased caller: ready at once, or boxed.
@@ -130,51 +129,21 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     #[inline(always)]
     fn start(&self, request: RequestParts<'_>) -> Start {
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        self.key.with_typed_key(
-            request,
-            // Inlined into the layer's call: left to itself, the compiler
-            // keeps the closure apart, with its own frame and code lines.
-            #[inline(always)]
-            |key| {
-                let Some(key) = key else {
-                    return Start::Now(Now::NoKey);
-                };
-                let decided = match key {
-                    // A backend that holds addresses as they are (in memory)
-                    // decides without the key written out.
-                    TypedKey::Ipv4(ip) => self.limiter.admit_ipv4_now(ip, cost, self.on_success),
-                    TypedKey::Ipv6Network { address, prefix } => {
-                        self.admit_ipv6_network_now(address, prefix, cost)
-                    }
-                    TypedKey::Text(text) => self.check_text_now(text, cost),
-                };
-                // A backend that waits, or one that failed: the failure policy
-                // applies on the asynchronous path.
-                decided.and_then(now).unwrap_or_else(|| ask(key, cost))
-            },
-        )
-    }
-
-    /// A text key decided at once, if the backend can: out of line, so that
-    /// the path of an IPv4 key stays short.
-    #[inline(never)]
-    fn check_text_now(&self, key: &str, cost: u32) -> Option<lock_core::Result<Admission>> {
-        self.limiter
-            .check_cost_now(key, cost)
-            .map(|decided| decided.map(Admission::Decided))
-    }
-
-    /// An IPv6 network decided at once, if the backend can: out of line,
-    /// so that the path of an IPv4 key stays short.
-    #[inline(never)]
-    fn admit_ipv6_network_now(
-        &self,
-        address: Ipv6Addr,
-        prefix: u8,
-        cost: u32,
-    ) -> Option<lock_core::Result<Admission>> {
-        self.limiter
-            .admit_ipv6_network_now(address, prefix, cost, self.on_success)
+        self.key.with_caller(request, |caller| {
+            let Some(caller) = caller else {
+                return Start::Now(Now::NoKey);
+            };
+            match self.limiter.check_now(caller, cost) {
+                Some(Ok(decision)) if decision.allowed && !self.on_success => {
+                    Start::Now(Now::Allowed)
+                }
+                Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
+                // A backend that waits, or one that failed: the failure
+                // policy applies on the asynchronous path.
+                Some(Err(error)) => failed(error).unwrap_or_else(|| ask(caller, cost)),
+                None => ask(caller, cost),
+            }
+        })
     }
 
     /// The verdict of a decision reached without waiting.
@@ -234,24 +203,13 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
     }
 }
 
-/// How a decision the backend reached at once starts; `None` when the
-/// backend failed, for the asynchronous path to apply the failure policy.
-#[inline(always)]
-fn now(result: lock_core::Result<Admission>) -> Option<Start> {
-    match result {
-        Ok(Admission::Allowed) => Some(Start::Now(Now::Allowed)),
-        Ok(Admission::Decided(decision)) => Some(Start::Now(Now::Decided(decision))),
-        Err(error) => failed(error),
-    }
-}
-
 /// A decision to ask the backend for, with the key copied out of the
 /// request. Out of line: a backend that waits pays a round trip anyway,
 /// and the path of a decision reached at once stays short.
 #[inline(never)]
-fn ask(key: TypedKey<'_>, cost: u32) -> Start {
+fn ask(caller: lock_core::rate::Caller<'_>, cost: u32) -> Start {
     Start::Ask {
-        key: key.to_text(),
+        key: caller.to_string(),
         cost,
     }
 }

@@ -1,0 +1,442 @@
+//! GCRA in memory, decided by `governor`'s keyed rate limiter.
+//!
+//! Each (scope, quota) has one [`QuotaLimiter`]: a `governor::RateLimiter`
+//! over a state store of this module's ([`Store`]), a `DashMap` of callers
+//! like governor's own keyed store, with a cap on live callers. At the cap,
+//! callers not yet in the store share one overflow state with the same
+//! quota: a flood of distinct keys neither grows memory nor resets the
+//! limits of callers already known. Idle callers (whose state is that of a
+//! fresh one) are dropped by governor's `retain_recent`, which runs once
+//! enough new callers came in since it last ran.
+//!
+//! governor hands its state store the caller's theoretical arrival time
+//! before and after each decision, and reads its clock once per decision:
+//! both are noted on the deciding thread, so that a decision's figures
+//! (remaining, reset, retry) are worked out from the very numbers governor
+//! decided with.
+
+use std::cell::Cell;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use governor::nanos::Nanos;
+use governor::state::keyed::ShrinkableKeyedStateStore;
+use governor::state::{InMemoryState, NotKeyed, StateStore};
+
+use crate::backend::clock::Clock;
+use crate::rate::caller::CallerKey;
+use crate::rate::gcra::{Gcra, Step};
+
+/// What governor last read and wrote on this thread.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    /// Its clock, in Unix nanoseconds.
+    now: u64,
+    /// The caller's theoretical arrival time before the decision (none:
+    /// a fresh caller), and after it (none: refused).
+    before: Option<u64>,
+    after: Option<u64>,
+}
+
+thread_local! {
+    static SEEN: Cell<Seen> = const {
+        Cell::new(Seen { now: 0, before: None, after: None })
+    };
+}
+
+/// The backend's clock, as governor reads it.
+#[derive(Clone, Debug)]
+struct GovernorClock(Clock);
+
+impl governor::clock::Clock for GovernorClock {
+    type Instant = Nanos;
+
+    #[inline]
+    fn now(&self) -> Nanos {
+        let now = self.0.now_ns();
+        SEEN.with(|seen| seen.set(Seen { now, ..seen.get() }));
+        Nanos::new(now)
+    }
+}
+
+/// Every caller's GCRA state for one (scope, quota). Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Store(Arc<StoreInner>);
+
+struct StoreInner {
+    callers: DashMap<CallerKey, InMemoryState, ahash::RandomState>,
+    /// About `callers.len()`, without visiting every shard.
+    live: AtomicUsize,
+    cap: usize,
+    /// The state callers share once the store is full.
+    overflow: InMemoryState,
+    /// New callers (stored or sent to the overflow state) since the last
+    /// sweep.
+    arrivals: AtomicUsize,
+}
+
+/// A sweep is due after this many new callers at the least, and after
+/// half as many as the store holds: its work stays proportional to the
+/// callers that came in.
+const SWEEP_AFTER: usize = 1024;
+
+/// The value of `state`, not changing it.
+fn read(state: &InMemoryState) -> Option<u64> {
+    match state.measure_and_replace(&NotKeyed::NonKey, |tat| {
+        Err::<((), Nanos), _>(tat.map(u64::from))
+    }) {
+        Ok(()) => None,
+        Err(tat) => tat,
+    }
+}
+
+/// Runs governor's `decide` on `state`, noting what it read and wrote.
+fn measure<T, E>(
+    state: &InMemoryState,
+    decide: impl Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+) -> Result<T, E> {
+    state.measure_and_replace(&NotKeyed::NonKey, |before| {
+        let result = decide(before);
+        let after = result.as_ref().ok().map(|(_, tat)| u64::from(*tat));
+        SEEN.with(|seen| {
+            seen.set(Seen {
+                before: before.map(u64::from),
+                after,
+                ..seen.get()
+            });
+        });
+        result
+    })
+}
+
+impl Store {
+    fn new(cap: usize) -> Self {
+        Store(Arc::new(StoreInner {
+            callers: DashMap::with_hasher(ahash::RandomState::new()),
+            live: AtomicUsize::new(0),
+            cap: cap.max(1),
+            overflow: InMemoryState::default(),
+            arrivals: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Runs `f` on the state of `key`: its own, a new one if the store has
+    /// room, or else the shared overflow state.
+    fn with_state<R>(&self, key: &CallerKey, f: impl FnOnce(&InMemoryState) -> R) -> R {
+        let inner = &self.0;
+        if let Some(state) = inner.callers.get(key) {
+            return f(&state);
+        }
+        inner.arrivals.fetch_add(1, Ordering::Relaxed);
+        if inner.live.load(Ordering::Relaxed) >= inner.cap {
+            return f(&inner.overflow);
+        }
+        match inner.callers.entry(key.clone()) {
+            Entry::Occupied(entry) => f(entry.get()),
+            Entry::Vacant(entry) => {
+                inner.live.fetch_add(1, Ordering::Relaxed);
+                f(&entry.insert(InMemoryState::default()))
+            }
+        }
+    }
+
+    /// The theoretical arrival time of `key` (none: a fresh caller), not
+    /// storing it if it is new.
+    fn peek(&self, key: &CallerKey) -> Option<u64> {
+        let inner = &self.0;
+        match inner.callers.get(key) {
+            Some(state) => read(&state),
+            None if inner.live.load(Ordering::Relaxed) >= inner.cap => read(&inner.overflow),
+            None => None,
+        }
+    }
+
+    /// Sets the theoretical arrival time of `key`.
+    fn set(&self, key: &CallerKey, tat: u64) {
+        let tat = Nanos::new(tat.max(1));
+        self.with_state(key, |state| {
+            let _ = state.measure_and_replace(&NotKeyed::NonKey, |_| Ok::<_, ()>(((), tat)));
+        });
+    }
+
+    /// Whether enough new callers came in to sweep; the caller that sees it
+    /// first sweeps.
+    fn sweep_due(&self) -> bool {
+        let inner = &self.0;
+        let arrivals = inner.arrivals.load(Ordering::Relaxed);
+        let due = arrivals >= SWEEP_AFTER.max(inner.live.load(Ordering::Relaxed) / 2);
+        due && inner
+            .arrivals
+            .compare_exchange(arrivals, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.callers.len()
+    }
+}
+
+impl StateStore for Store {
+    type Key = CallerKey;
+
+    fn measure_and_replace<T, F, E>(&self, key: &CallerKey, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        self.with_state(key, |state| measure(state, f))
+    }
+}
+
+impl ShrinkableKeyedStateStore<CallerKey> for Store {
+    fn retain_recent(&self, drop_below: Nanos) {
+        let inner = &self.0;
+        let keep = |state: &InMemoryState| read(state).is_some_and(|tat| tat > drop_below.into());
+        inner.callers.retain(|_, state| keep(state));
+        inner.live.store(inner.callers.len(), Ordering::Relaxed);
+    }
+
+    fn shrink_to_fit(&self) {
+        let callers = &self.0.callers;
+        // Only once a sweep left it mostly empty: room for four times the
+        // live callers stays, so it does not shrink and grow back in turn.
+        if callers.len().saturating_mul(4) < callers.capacity() {
+            callers.shrink_to_fit();
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.callers.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.callers.is_empty()
+    }
+}
+
+type Governor = governor::RateLimiter<
+    CallerKey,
+    Store,
+    GovernorClock,
+    governor::middleware::NoOpMiddleware<Nanos>,
+>;
+
+/// One GCRA quota of one scope: governor's keyed limiter and its store.
+pub(super) struct QuotaLimiter {
+    gcra: Gcra,
+    store: Store,
+    governor: Governor,
+    clock: Clock,
+    /// governor's reference time: its theoretical arrival times count from
+    /// here.
+    start: u64,
+    /// Set once a policy of several quotas decides with this quota too:
+    /// every decision then takes the caller's lock (see
+    /// [`decide_all`]), so that the several quotas change together.
+    shared: AtomicBool,
+}
+
+impl QuotaLimiter {
+    /// A limiter of `gcra` reading `clock`, keeping at most `cap` callers.
+    pub(super) fn new(gcra: Gcra, clock: Clock, cap: usize) -> Self {
+        let burst = u32::try_from(gcra.burst()).unwrap_or(u32::MAX);
+        let quota = governor::Quota::with_period(Duration::from_nanos(gcra.interval_ns()))
+            .unwrap_or_else(|| unreachable!("an interval is at least 1 ns"))
+            .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
+        let store = Store::new(cap);
+        let governor = Governor::new(quota, store.clone(), GovernorClock(clock.clone()));
+        // `new` read the clock once, on this thread: that is its start.
+        let start = SEEN.with(Cell::get).now;
+        QuotaLimiter {
+            gcra,
+            store,
+            governor,
+            clock,
+            start,
+            shared: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn gcra(&self) -> &Gcra {
+        &self.gcra
+    }
+
+    pub(super) fn share(&self) {
+        self.shared.store(true, Ordering::Release);
+    }
+
+    pub(super) fn is_shared(&self) -> bool {
+        self.shared.load(Ordering::Acquire)
+    }
+
+    /// Now, as this limiter counts.
+    fn now(&self) -> u64 {
+        self.clock.now_ns().saturating_sub(self.start)
+    }
+
+    /// Decides `cost` for `key` with governor; a cost of 0 looks.
+    pub(super) fn decide(&self, key: &CallerKey, cost: u32) -> Step {
+        let Some(n) = NonZeroU32::new(cost) else {
+            let now = self.now();
+            let debt = self
+                .store
+                .peek(key)
+                .map_or(0, |tat| tat.saturating_sub(now));
+            return self.gcra.step(debt, 0);
+        };
+        SEEN.with(|seen| seen.set(Seen::default()));
+        let allowed = if n.get() == 1 {
+            self.governor.check_key(key).is_ok()
+        } else {
+            // Costs above the burst are refused before they get here.
+            matches!(self.governor.check_key_n(key, n), Ok(Ok(())))
+        };
+        let seen = SEEN.with(Cell::get);
+        let now = seen.now.saturating_sub(self.start);
+        let step = match (allowed, seen.after) {
+            (true, Some(after)) => Step {
+                allowed: true,
+                debt: after.saturating_sub(now),
+                retry: 0,
+            },
+            _ => {
+                let debt = seen.before.map_or(0, |tat| tat.saturating_sub(now));
+                let step = self.gcra.step(debt, cost);
+                Step {
+                    allowed: false,
+                    ..step
+                }
+            }
+        };
+        if self.store.sweep_due() {
+            self.sweep();
+        }
+        step
+    }
+
+    /// Drops idle callers (governor's `retain_recent`), and gives back
+    /// the room they took.
+    #[cold]
+    fn sweep(&self) {
+        self.governor.retain_recent();
+        self.governor.shrink_to_fit();
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.store.len()
+    }
+}
+
+/// Decides `cost` for `key` under every quota of `limiters` at once: all
+/// allow it and take it, or none takes anything. The caller holds the
+/// lock every decision of this caller on these quotas takes.
+pub(super) fn decide_all(limiters: &[Arc<QuotaLimiter>], key: &CallerKey, cost: u32) -> Vec<Step> {
+    let now = limiters.first().map_or(0, |q| q.clock.now_ns());
+    let steps: Vec<Step> = limiters
+        .iter()
+        .map(|q| {
+            let at = now.saturating_sub(q.start);
+            let debt = q.store.peek(key).map_or(0, |tat| tat.saturating_sub(at));
+            q.gcra.step(debt, cost)
+        })
+        .collect();
+    if cost > 0 && steps.iter().all(|s| s.allowed) {
+        for (q, step) in limiters.iter().zip(&steps) {
+            q.store.set(key, now.saturating_sub(q.start) + step.debt);
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ManualClock;
+    use std::time::UNIX_EPOCH;
+
+    fn manual() -> (ManualClock, Clock) {
+        let manual = ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        (manual.clone(), Clock::Manual(manual))
+    }
+
+    /// governor's decisions and this crate's GCRA arithmetic agree, with
+    /// the figures worked out from what governor read and wrote.
+    #[test]
+    fn governor_decides_as_the_arithmetic() {
+        let (manual, clock) = manual();
+        let gcra = Gcra::new(3, 3, Duration::from_millis(300));
+        let limiter = QuotaLimiter::new(gcra, clock, 100);
+        let key = CallerKey::V4(7);
+        let mut debt = 0u64;
+        for (pass_ms, cost) in [
+            (0, 1),
+            (0, 1),
+            (0, 0),
+            (0, 1),
+            (0, 1),
+            (50, 1),
+            (60, 1),
+            (0, 2),
+            (500, 3),
+            (0, 1),
+        ] {
+            manual.advance(Duration::from_millis(pass_ms));
+            debt = debt.saturating_sub(pass_ms * 1_000_000);
+            let expected = gcra.step(debt, cost);
+            let got = limiter.decide(&key, cost);
+            assert_eq!(got, expected, "after {pass_ms} ms, cost {cost}");
+            if got.allowed {
+                debt = got.debt;
+            }
+        }
+    }
+
+    /// Past the cap, new callers share one state, and callers already
+    /// known keep theirs.
+    #[test]
+    fn new_callers_past_the_cap_share_the_overflow() {
+        let (_, clock) = manual();
+        let gcra = Gcra::new(1, 1, Duration::from_secs(3600));
+        let limiter = QuotaLimiter::new(gcra, clock, 10);
+        let known = CallerKey::Text("known".into());
+        assert!(limiter.decide(&known, 1).allowed);
+        for i in 0..100 {
+            limiter.decide(&CallerKey::V4(i), 1);
+        }
+        assert!(limiter.len() <= 10, "{} callers", limiter.len());
+        assert!(
+            !limiter.decide(&known, 1).allowed,
+            "the known caller's limit was reset"
+        );
+        assert!(
+            !limiter.decide(&CallerKey::V4(1000), 1).allowed,
+            "overflow callers are limited"
+        );
+    }
+
+    /// Idle callers are swept once enough new ones came in.
+    #[test]
+    fn idle_callers_are_swept() {
+        let (manual, clock) = manual();
+        let gcra = Gcra::new(10, 10, Duration::from_millis(100));
+        let limiter = QuotaLimiter::new(gcra, clock, 1_000_000);
+        for i in 0..5000 {
+            limiter.decide(&CallerKey::V4(i), 1);
+        }
+        manual.advance(Duration::from_secs(1));
+        for i in 0..6000 {
+            limiter.decide(&CallerKey::V4(1_000_000 + i), 1);
+        }
+        // The 5,000 idle ones went at a sweep; at most the new ones stay.
+        assert!(
+            limiter.len() <= 6000,
+            "{} callers after the sweep",
+            limiter.len()
+        );
+    }
+}

@@ -1,0 +1,251 @@
+//! The table of window state (fixed and sliding windows, any number of
+//! quotas): one entry per (scope, caller, quota), sharded by (scope,
+//! caller) so that every quota of one caller is decided under one lock.
+//!
+//! Expired entries are swept out as the table goes; the number of callers
+//! is capped. At the cap, a caller the table does not know yet is decided
+//! on one overflow caller shared by all such callers, with the same
+//! policy: a flood of distinct keys neither grows memory nor resets the
+//! limits of callers already known.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use hashbrown::{Equivalent, HashMap};
+use parking_lot::Mutex;
+
+use super::window::{self, Entry, Outcome};
+use crate::key::Name;
+use crate::rate::Policy;
+use crate::rate::caller::CallerKey;
+
+/// Where one quota of one caller is kept.
+#[derive(PartialEq, Eq)]
+struct Key {
+    scope: Name,
+    caller: CallerKey,
+    suffix: Arc<str>,
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Probe {
+            scope: self.scope.as_str(),
+            caller: &self.caller,
+            suffix: &self.suffix,
+        }
+        .hash(state);
+    }
+}
+
+/// A [`Key`], borrowed for lookups.
+#[derive(Hash)]
+struct Probe<'a> {
+    scope: &'a str,
+    caller: &'a CallerKey,
+    suffix: &'a str,
+}
+
+impl Equivalent<Key> for Probe<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.scope == key.scope.as_str()
+            && *self.caller == key.caller
+            && self.suffix == &*key.suffix
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    entries: HashMap<Key, Entry, ahash::RandomState>,
+    decisions: u64,
+}
+
+/// The caller every caller the table has no room for shares. No key is
+/// empty, so it names no real caller.
+fn overflow() -> CallerKey {
+    CallerKey::Text(Default::default())
+}
+
+/// Window state of one memory backend.
+pub(super) struct Table {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    hasher: ahash::RandomState,
+    /// The cap on each shard's entries: the table's cap divided evenly.
+    shard_cap: usize,
+}
+
+/// A shard sweeps out its expired entries once in this many decisions.
+const SWEEP_EVERY: u64 = 1024;
+
+impl Table {
+    /// A table of at most `max_keys` entries.
+    pub(super) fn new(max_keys: usize) -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        // Enough shards that threads seldom meet, few enough that each
+        // holds many entries (so that shards fill about together).
+        let shards = (threads * 4)
+            .next_power_of_two()
+            .min((max_keys / 1024).max(1).next_power_of_two())
+            .min(64);
+        Table {
+            shards: (0..shards).map(|_| CachePadded::default()).collect(),
+            hasher: ahash::RandomState::new(),
+            shard_cap: (max_keys / shards).max(1),
+        }
+    }
+
+    fn shard(&self, scope: &Name, caller: &CallerKey) -> &Mutex<Shard> {
+        let hash = self.hasher.hash_one((scope.as_str(), caller));
+        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
+    }
+
+    /// Decides `cost` for `caller` under every quota of `policy` at
+    /// `now_us` (Unix microseconds), and stores what changed.
+    pub(super) fn decide(
+        &self,
+        scope: &Name,
+        caller: &CallerKey,
+        policy: &Policy,
+        cost: u32,
+        now_us: u64,
+    ) -> Outcome {
+        let mut shard = self.shard(scope, caller).lock();
+        let known = policy.suffixes().iter().any(|suffix| {
+            let probe = Probe {
+                scope: scope.as_str(),
+                caller,
+                suffix,
+            };
+            shard.entries.contains_key(&probe)
+        });
+        if !known && shard.entries.len() >= self.shard_cap {
+            self.sweep(&mut shard, now_us);
+            if shard.entries.len() >= self.shard_cap {
+                drop(shard);
+                let overflow = overflow();
+                let mut shard = self.shard(scope, &overflow).lock();
+                return decide_in(&mut shard, scope, &overflow, policy, cost, now_us);
+            }
+        }
+        shard.decisions += 1;
+        if shard.decisions.is_multiple_of(SWEEP_EVERY) {
+            self.sweep(&mut shard, now_us);
+        }
+        decide_in(&mut shard, scope, caller, policy, cost, now_us)
+    }
+
+    /// Drops expired entries, and gives back the room they took once the
+    /// shard is mostly empty.
+    #[cold]
+    fn sweep(&self, shard: &mut Shard, now_us: u64) {
+        shard.entries.retain(|_, entry| entry.expires_us > now_us);
+        let live = shard.entries.len();
+        shard.entries.shrink_to(live.saturating_mul(4));
+    }
+
+    /// Live entries, for tests.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().entries.len()).sum()
+    }
+}
+
+fn decide_in(
+    shard: &mut Shard,
+    scope: &Name,
+    caller: &CallerKey,
+    policy: &Policy,
+    cost: u32,
+    now_us: u64,
+) -> Outcome {
+    let probe = |suffix| Probe {
+        scope: scope.as_str(),
+        caller,
+        suffix,
+    };
+    let slots: Vec<Option<Entry>> = policy
+        .suffixes()
+        .iter()
+        .map(|suffix| {
+            shard
+                .entries
+                .get(&probe(suffix))
+                .filter(|entry| entry.expires_us > now_us)
+                .copied()
+        })
+        .collect();
+    let outcome = window::run(policy, &slots, cost, now_us);
+    for (suffix, write) in policy.suffixes().iter().zip(&outcome.writes) {
+        let Some(entry) = *write else { continue };
+        match shard.entries.get_mut(&probe(suffix)) {
+            Some(stored) => *stored = entry,
+            None => {
+                let key = Key {
+                    scope: scope.clone(),
+                    caller: caller.clone(),
+                    suffix: suffix.clone(),
+                };
+                shard.entries.insert(key, entry);
+            }
+        }
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate::{Algorithm, Quota};
+    use std::num::NonZeroU32;
+
+    fn hourly(algorithm: Algorithm, limit: u32) -> Policy {
+        Policy::new(algorithm).quota(Quota::per_hour(NonZeroU32::new(limit).unwrap()))
+    }
+
+    /// A flood of ten times the cap in new callers keeps the table at its
+    /// cap, and does not reset the limit of a caller it already knew.
+    #[test]
+    fn a_flood_of_new_callers_leaves_known_ones_alone() {
+        let table = Table::new(1000);
+        let scope = Name::new("scope").unwrap();
+        let policy = hourly(Algorithm::FixedWindow, 2);
+        let known = CallerKey::Text("known".into());
+        assert!(table.decide(&scope, &known, &policy, 2, 0).allowed);
+        for i in 0..10_000 {
+            table.decide(&scope, &CallerKey::V4(i), &policy, 1, 1);
+        }
+        // The cap, plus the overflow caller's entry.
+        assert!(table.len() <= 1001, "{} entries", table.len());
+        assert!(!table.decide(&scope, &known, &policy, 1, 2).allowed);
+    }
+
+    /// Expired entries are swept as the table goes, and the memory they
+    /// took is given back.
+    #[test]
+    fn expired_entries_are_swept() {
+        let table = Table::new(1_000_000);
+        let scope = Name::new("scope").unwrap();
+        let policy = Policy::new(Algorithm::FixedWindow).quota(
+            Quota::new(
+                NonZeroU32::new(5).unwrap(),
+                std::time::Duration::from_millis(10),
+            )
+            .unwrap(),
+        );
+        for i in 0..20_000 {
+            table.decide(&scope, &CallerKey::V4(i), &policy, 1, 0);
+        }
+        let later = 1_000_000;
+        for i in 0..(2 * SWEEP_EVERY * table.shards.len() as u64) {
+            table.decide(
+                &scope,
+                &CallerKey::V4(1_000_000 + (i % 64) as u32),
+                &policy,
+                1,
+                later,
+            );
+        }
+        assert!(table.len() <= 64, "{} entries after the sweep", table.len());
+    }
+}
