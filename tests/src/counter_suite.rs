@@ -235,6 +235,85 @@ pub async fn expired_reservation_returns_stock<B: CounterBackend>(backend: B) {
     assert_eq!(stock.decrement("hold", 1).await.expect("dec"), done(1));
 }
 
+/// However many holds expired together, a read counts every one of them as
+/// available again, and the whole stock can be taken at once.
+pub async fn many_expired_holds_all_come_back<B: CounterBackend>(backend: B) {
+    const HOLDS: u64 = 2000;
+    let stock = Stock::new(backend);
+    stock.set("many", HOLDS + 50).await.expect("set");
+    let hold = Duration::from_millis(600);
+    let orders: Vec<_> = (0..HOLDS)
+        .map(|i| {
+            let stock = stock.clone();
+            tokio::spawn(async move { stock.reserve("many", 1, &format!("o{i}"), hold).await })
+        })
+        .collect();
+    for order in orders {
+        let held = order.await.expect("join").expect("reserve");
+        assert!(matches!(held, Reservation::Held { .. }), "{held:?}");
+    }
+    assert_eq!(stock.get("many").await.expect("get"), Some(50));
+    tokio::time::sleep(hold + Duration::from_millis(100)).await;
+    assert_eq!(stock.get("many").await.expect("get"), Some(HOLDS + 50));
+    assert_eq!(
+        stock
+            .decrement("many", HOLDS + 50)
+            .await
+            .expect("decrement"),
+        done(0)
+    );
+}
+
+/// No count may pass `MAX_QUANTITY`, available and held together: a set or
+/// restock that would is refused, the same on every backend, and changes
+/// nothing.
+pub async fn totals_past_the_maximum_are_refused<B: CounterBackend>(backend: B) {
+    let stock = Stock::new(backend);
+    let too_much = |r: Result<_, Error>| matches!(r, Err(Error::InvalidArgument { .. }));
+    stock
+        .set("big", MAX_QUANTITY)
+        .await
+        .expect("set to the maximum");
+    assert!(too_much(stock.restock("big", 1).await));
+    assert_eq!(stock.get("big").await.expect("get"), Some(MAX_QUANTITY));
+    stock.set("big", MAX_QUANTITY - 10).await.expect("set");
+    assert_eq!(
+        stock.restock("big", 10).await.expect("restock"),
+        Some(MAX_QUANTITY)
+    );
+    // Held units count too.
+    stock.set("big", 100).await.expect("set");
+    stock.reserve("big", 40, "o", HOLD).await.expect("reserve");
+    assert!(too_much(stock.set("big", MAX_QUANTITY).await.map(|()| None)));
+    assert!(too_much(stock.restock("big", MAX_QUANTITY - 99).await));
+    assert_eq!(stock.get("big").await.expect("get"), Some(60));
+    assert_eq!(
+        stock.restock("big", MAX_QUANTITY - 100).await.expect("restock"),
+        Some(MAX_QUANTITY - 40)
+    );
+}
+
+/// `create` makes an item only once: a second start-up does not put back
+/// what was sold.
+pub async fn create_keeps_an_existing_item<B: CounterBackend>(backend: B) {
+    let stock = Stock::new(backend);
+    assert!(stock.create("seeded", 100).await.expect("create"));
+    assert_eq!(
+        stock.decrement("seeded", 3).await.expect("decrement"),
+        done(97)
+    );
+    assert!(!stock.create("seeded", 100).await.expect("create again"));
+    assert_eq!(stock.get("seeded").await.expect("get"), Some(97));
+    assert!(stock.delete("seeded").await.expect("delete"));
+    assert!(
+        stock
+            .create("seeded", 5)
+            .await
+            .expect("create after delete")
+    );
+    assert_eq!(stock.get("seeded").await.expect("get"), Some(5));
+}
+
 /// Bad input is a typed error and changes nothing.
 pub async fn bad_input_is_rejected<B: CounterBackend>(backend: B) {
     let stock = Stock::new(backend);
@@ -279,7 +358,8 @@ macro_rules! counter_suite {
             set_get_restock_delete, decrement_never_oversells,
             concurrent_buyers_sell_exactly_the_stock, idempotent_decrements,
             operation_ids_are_forgotten, reservations, expired_reservation_returns_stock,
-            bad_input_is_rejected);
+            many_expired_holds_all_come_back, totals_past_the_maximum_are_refused,
+            create_keeps_an_existing_item, bad_input_is_rejected);
     };
     (@cases $setup:expr; $($case:ident),* $(,)?) => {
         $(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::counter::{Reservation, Stock};
+use lock_core::counter::{Purchase, Reservation, Stock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::redis_backend;
 use redis::Commands;
@@ -210,18 +210,58 @@ async fn stock_keys_ttls() {
     let mut conn = server.connection();
     for (key, ttl) in ttls(&mut conn) {
         match key.as_str() {
-            // The counter the user created, and its live holds, stay.
-            "lock:{sku}:stock" | "lock:{sku}:holds" | "lock:{sku}:held" => {
-                assert_eq!(ttl, -1, "{key}")
+            // The counter the user created stays.
+            "lock:{sku}:stock" => assert_eq!(ttl, -1, "{key}"),
+            // The holds live as long as the last of them (300 ms).
+            "lock:{sku}:holds" | "lock:{sku}:held" => {
+                assert!(ttl > 0 && ttl <= 301, "{key}: {ttl}")
             }
             _ => assert!(ttl > 0, "{key} has no TTL ({ttl})"),
         }
     }
-    // Once the last hold is gone (expired and reclaimed), so are its keys.
+    // Once the last hold expired its keys are gone, with no one touching
+    // the item, and its units are available.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(stock.get("sku").await.expect("get"), Some(8));
     let keys: Vec<String> = conn.keys("lock:{sku}:hold*").expect("KEYS");
-    assert!(keys.is_empty(), "empty hold keys left: {keys:?}");
+    assert!(keys.is_empty(), "hold keys outlived their holds: {keys:?}");
+    assert_eq!(stock.get("sku").await.expect("get"), Some(8));
+}
+
+/// Ten thousand holds that expired together all come back at the next
+/// read, and the whole stock can be bought at once; while they were live,
+/// no hold key was without a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_expired_holds_all_come_back() {
+    let (server, backend) = redis_backend().await;
+    let stock = Stock::new(backend);
+    stock.set("bulk", 10_300).await.expect("set");
+    let hold = Duration::from_millis(1500);
+    let orders: Vec<_> = (0..10_000)
+        .map(|i| {
+            let stock = stock.clone();
+            tokio::spawn(async move { stock.reserve("bulk", 1, &format!("o{i}"), hold).await })
+        })
+        .collect();
+    for order in orders {
+        let held = order.await.expect("join").expect("reserve");
+        assert!(matches!(held, Reservation::Held { .. }), "{held:?}");
+    }
+    assert_eq!(stock.get("bulk").await.expect("get"), Some(300));
+    let mut conn = server.connection();
+    for (key, ttl) in ttls(&mut conn) {
+        if key != "lock:{bulk}:stock" {
+            assert!(ttl > 0, "{key} has no TTL ({ttl})");
+        }
+    }
+    tokio::time::sleep(hold + Duration::from_millis(100)).await;
+    assert_eq!(stock.get("bulk").await.expect("get"), Some(10_300));
+    assert_eq!(
+        stock.decrement("bulk", 10_300).await.expect("decrement"),
+        Purchase::Done {
+            remaining: 0,
+            replayed: false
+        }
+    );
 }
 
 /// Redis keeps a key through the whole millisecond of its expiry, so a

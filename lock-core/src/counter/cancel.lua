@@ -6,9 +6,9 @@ if redis.call('ZSCORE', KEYS[2], order) then
   local q = tonumber(redis.call('HGET', KEYS[3], order) or '0')
   redis.call('ZREM', KEYS[2], order)
   redis.call('HDEL', KEYS[3], order)
-  local s = 0
-  if redis.call('EXISTS', KEYS[1]) == 1 then s = redis.call('INCRBY', KEYS[1], q) end
-  return {1, s}
+  redis.call('HINCRBY', KEYS[3], '{total}', -q)
+  tidy()
+  return {1, available() or 0}
 end
 if redis.call('GET', KEYS[4]) == 'confirmed' then return {2, 0} end
 return {0, 0}

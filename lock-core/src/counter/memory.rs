@@ -1,35 +1,65 @@
 //! Stock counters in memory: same operations and outcomes as on Redis.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{CounterBackend, Purchase, Reservation, Settle};
+use super::{CounterBackend, MAX_QUANTITY, Purchase, Reservation, Settle, too_much};
 use crate::backend::{MemoryBackend, shrink_swept};
 use crate::error::Result;
 use crate::key::Name;
 
+/// One item: the units on hand (not sold: available or held) and its holds.
+/// Available = on hand - held.
 #[derive(Default)]
 struct Item {
-    stock: u64,
+    on_hand: u64,
+    /// The sum of the live holds.
+    held: u64,
     /// order -> (quantity, expiry)
     holds: HashMap<Name, (u64, Instant)>,
+    /// The holds in the order they expire.
+    by_expiry: BTreeSet<(Instant, Name)>,
 }
 
 impl Item {
+    fn available(&self) -> u64 {
+        self.on_hand - self.held
+    }
+
+    /// Drops the holds that expired: their units are available again.
     fn reclaim(&mut self, now: Instant) {
-        let mut back = 0;
-        self.holds.retain(|_, (quantity, expires)| {
-            let live = *expires > now;
-            if !live {
-                back += *quantity;
+        let mut dropped = false;
+        while let Some((expires, _)) = self.by_expiry.first()
+            && *expires <= now
+        {
+            let Some((_, order)) = self.by_expiry.pop_first() else {
+                break;
+            };
+            if let Some((quantity, _)) = self.holds.remove(&order) {
+                self.held -= quantity;
             }
-            live
-        });
-        self.stock += back;
-        shrink_swept(&mut self.holds);
+            dropped = true;
+        }
+        if dropped {
+            shrink_swept(&mut self.holds);
+        }
+    }
+
+    fn hold(&mut self, order: &Name, quantity: u64, expires: Instant) {
+        self.held += quantity;
+        self.holds.insert(order.clone(), (quantity, expires));
+        self.by_expiry.insert((expires, order.clone()));
+    }
+
+    /// Removes `order`'s hold; its quantity.
+    fn unhold(&mut self, order: &Name) -> Option<u64> {
+        let (quantity, expires) = self.holds.remove(order)?;
+        self.by_expiry.remove(&(expires, order.clone()));
+        self.held -= quantity;
+        Some(quantity)
     }
 }
 
@@ -75,25 +105,49 @@ impl CounterTable {
 impl CounterBackend for MemoryBackend {
     async fn set(&self, item: &Name, quantity: u64) -> Result<()> {
         self.inner.counters.with(item, |s, _| {
-            s.items.entry(item.clone()).or_default().stock = quantity;
-        });
-        Ok(())
+            let it = s.items.entry(item.clone()).or_default();
+            let on_hand = quantity + it.held;
+            if on_hand > MAX_QUANTITY {
+                return Err(too_much());
+            }
+            it.on_hand = on_hand;
+            Ok(())
+        })
+    }
+
+    async fn create(&self, item: &Name, quantity: u64) -> Result<bool> {
+        Ok(self.inner.counters.with(item, |s, _| {
+            if s.items.contains_key(item) {
+                return false;
+            }
+            let it = Item {
+                on_hand: quantity,
+                ..Item::default()
+            };
+            s.items.insert(item.clone(), it);
+            true
+        }))
     }
 
     async fn get(&self, item: &Name) -> Result<Option<u64>> {
         Ok(self
             .inner
             .counters
-            .with(item, |s, _| s.items.get(item).map(|it| it.stock)))
+            .with(item, |s, _| s.items.get(item).map(Item::available)))
     }
 
     async fn restock(&self, item: &Name, quantity: u64) -> Result<Option<u64>> {
-        Ok(self.inner.counters.with(item, |s, _| {
-            s.items.get_mut(item).map(|it| {
-                it.stock += quantity;
-                it.stock
-            })
-        }))
+        self.inner.counters.with(item, |s, _| {
+            let Some(it) = s.items.get_mut(item) else {
+                return Ok(None);
+            };
+            let on_hand = it.on_hand + quantity;
+            if on_hand > MAX_QUANTITY {
+                return Err(too_much());
+            }
+            it.on_hand = on_hand;
+            Ok(Some(it.available()))
+        })
     }
 
     async fn decrement(
@@ -120,15 +174,15 @@ impl CounterBackend for MemoryBackend {
             let Some(it) = s.items.get_mut(item) else {
                 return Purchase::UnknownItem;
             };
-            let outcome = if it.stock >= n {
-                it.stock -= n;
+            let outcome = if it.available() >= n {
+                it.on_hand -= n;
                 Purchase::Done {
-                    remaining: it.stock,
+                    remaining: it.available(),
                     replayed: false,
                 }
             } else {
                 Purchase::SoldOut {
-                    available: it.stock,
+                    available: it.available(),
                 }
             };
             if let Some((key, until)) = op_key {
@@ -162,15 +216,14 @@ impl CounterBackend for MemoryBackend {
                     expires_in: *expires - now,
                 };
             }
-            if it.stock < n {
+            if it.available() < n {
                 return Reservation::SoldOut {
-                    available: it.stock,
+                    available: it.available(),
                 };
             }
-            it.stock -= n;
-            it.holds.insert(order.clone(), (n, now + hold));
+            it.hold(order, n, now + hold);
             Reservation::Held {
-                remaining: it.stock,
+                remaining: it.available(),
                 expires_in: hold,
             }
         }))
@@ -179,12 +232,12 @@ impl CounterBackend for MemoryBackend {
     async fn confirm(&self, item: &Name, order: &Name, remember: Duration) -> Result<Settle> {
         Ok(self.inner.counters.with(item, |s, now| {
             let key = (item.clone(), order.clone());
-            let held = s
-                .items
-                .get_mut(item)
-                .and_then(|it| it.holds.remove(order))
-                .is_some();
-            if held {
+            let sold = s.items.get_mut(item).and_then(|it| {
+                let quantity = it.unhold(order)?;
+                it.on_hand -= quantity;
+                Some(quantity)
+            });
+            if sold.is_some() {
                 s.confirmed.insert(key, now + remember);
                 Settle::Confirmed
             } else if s.confirmed.get(&key).is_some_and(|until| *until > now) {
@@ -198,11 +251,10 @@ impl CounterBackend for MemoryBackend {
     async fn cancel(&self, item: &Name, order: &Name) -> Result<Settle> {
         Ok(self.inner.counters.with(item, |s, now| {
             if let Some(it) = s.items.get_mut(item)
-                && let Some((quantity, _)) = it.holds.remove(order)
+                && it.unhold(order).is_some()
             {
-                it.stock += quantity;
                 return Settle::Cancelled {
-                    available: it.stock,
+                    available: it.available(),
                 };
             }
             let key = (item.clone(), order.clone());

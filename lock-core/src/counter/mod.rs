@@ -10,13 +10,16 @@
 //!   takes nothing more. Ids are remembered for [`Stock::remember_for`].
 //! * **Reservations**: [`reserve`](Stock::reserve) holds units for an order for
 //!   a while; [`confirm`](Stock::confirm) makes them final, [`cancel`](Stock::cancel)
-//!   or expiry gives them back. Expired holds are reclaimed by the operations
-//!   themselves (on Redis time), so a client that crashes after reserving
-//!   loses nothing.
+//!   or expiry gives them back. A hold that expired counts as available at
+//!   once, however many expired together (on Redis time), so a client that
+//!   crashes after reserving loses nothing and a read never reports less
+//!   than is there.
 //!
 //! Stock counters are the one kind of key written without a TTL: the item
-//! exists until [`delete`](Stock::delete)d. Its holds live beside it and are
-//! removed when empty; operation ids and confirmations expire.
+//! exists until [`delete`](Stock::delete)d. Its holds live beside it and
+//! expire with the last of them; operation ids and confirmations expire.
+//! Every count stays at most [`MAX_QUANTITY`] (exact in Redis's Lua
+//! numbers): a change that would pass it is refused, on both backends.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -53,8 +56,16 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::key::Name;
 
-/// Largest quantity accepted (2^53 - 1: exact in Lua's numbers).
+/// Largest quantity accepted, and the most an item may hold in all,
+/// available and held (2^53 - 1: exact in Lua's numbers).
 pub const MAX_QUANTITY: u64 = (1 << 53) - 1;
+
+fn too_much() -> Error {
+    Error::invalid_argument(
+        "quantity",
+        "the item would hold more than 2^53 - 1 units (MAX_QUANTITY)",
+    )
+}
 /// How long operation ids and confirmations are remembered by default.
 pub const DEFAULT_REMEMBER: Duration = Duration::from_secs(24 * 3600);
 
@@ -132,6 +143,8 @@ pub enum Settle {
 #[allow(missing_docs)]
 pub trait CounterBackend: Clone + Send + Sync + 'static {
     fn set(&self, item: &Name, quantity: u64) -> impl Future<Output = Result<()>> + Send;
+    /// Creates `item` unless it exists; says whether it did.
+    fn create(&self, item: &Name, quantity: u64) -> impl Future<Output = Result<bool>> + Send;
     fn get(&self, item: &Name) -> impl Future<Output = Result<Option<u64>>> + Send;
     fn restock(
         &self,
@@ -205,15 +218,44 @@ impl<B: CounterBackend> Stock<B> {
         self
     }
 
-    /// Creates `item` with `quantity` units, or resets its available stock.
+    /// Creates `item` with `quantity` units available, or resets its
+    /// available stock (its live holds stay held).
+    ///
+    /// # Errors
+    /// Bad item name; `quantity` above [`MAX_QUANTITY`], or one that with
+    /// the live holds would pass it; backend failures.
+    pub async fn set(&self, item: &str, quantity: u64) -> Result<()> {
+        if quantity > MAX_QUANTITY {
+            return Err(too_much());
+        }
+        self.backend.set(&Name::new(item)?, quantity).await
+    }
+
+    /// Creates `item` with `quantity` units unless it exists; says whether
+    /// it did. An item that exists keeps its stock: several instances may
+    /// all seed the same items at start-up, and none sells a unit twice.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::counter::Stock;
+    ///
+    /// let stock = Stock::new(MemoryBackend::new());
+    /// assert!(stock.create("sku-1", 100).await?);
+    /// stock.decrement("sku-1", 3).await?;
+    /// assert!(!stock.create("sku-1", 100).await?); // a second instance starts
+    /// assert_eq!(stock.get("sku-1").await?, Some(97));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// Bad item name, `quantity` above [`MAX_QUANTITY`], backend failures.
-    pub async fn set(&self, item: &str, quantity: u64) -> Result<()> {
+    pub async fn create(&self, item: &str, quantity: u64) -> Result<bool> {
         if quantity > MAX_QUANTITY {
-            return Err(Error::invalid_argument("quantity", "must be below 2^53"));
+            return Err(too_much());
         }
-        self.backend.set(&Name::new(item)?, quantity).await
+        self.backend.create(&Name::new(item)?, quantity).await
     }
 
     /// The available stock (after returning expired holds); `None` for an
@@ -225,10 +267,12 @@ impl<B: CounterBackend> Stock<B> {
         self.backend.get(&Name::new(item)?).await
     }
 
-    /// Adds `quantity` units; returns the new stock, `None` for an unknown item.
+    /// Adds `quantity` units; returns the new available stock, `None` for an
+    /// unknown item.
     ///
     /// # Errors
-    /// Bad item name, zero or too large quantity, backend failures.
+    /// Bad item name, zero or too large quantity, a total that would pass
+    /// [`MAX_QUANTITY`] (nothing is added), backend failures.
     pub async fn restock(&self, item: &str, quantity: u64) -> Result<Option<u64>> {
         let quantity = self::quantity("quantity", quantity)?;
         self.backend.restock(&Name::new(item)?, quantity).await

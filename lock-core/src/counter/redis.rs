@@ -1,5 +1,5 @@
 //! Stock counters on Redis: one script per operation, all sharing a prelude
-//! that returns expired holds.
+//! (`stock.lua`) that drops expired holds.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -14,12 +14,13 @@ use crate::key::Name;
 
 macro_rules! stock_script {
     ($file:literal) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("reclaim.lua"), include_str!($file))))
+        LazyLock::new(|| Script::new(concat!(include_str!("stock.lua"), include_str!($file))))
     };
 }
 
 static GET: LazyLock<Script> = stock_script!("get.lua");
 static SET: LazyLock<Script> = stock_script!("set.lua");
+static CREATE: LazyLock<Script> = stock_script!("create.lua");
 static RESTOCK: LazyLock<Script> = stock_script!("restock.lua");
 static DECREMENT: LazyLock<Script> = stock_script!("decrement.lua");
 static RESERVE: LazyLock<Script> = stock_script!("reserve.lua");
@@ -34,6 +35,9 @@ fn ms(d: Duration) -> u64 {
 fn count(value: i64) -> Result<u64> {
     u64::try_from(value).map_err(|_| Error::UnexpectedReply(format!("negative stock {value}")))
 }
+
+/// A script's answer that the stock would pass [`MAX_QUANTITY`](super::MAX_QUANTITY).
+const TOO_MUCH: i64 = -2;
 
 impl<C> RedisBackend<C>
 where
@@ -61,8 +65,17 @@ where
     async fn set(&self, item: &Name, quantity: u64) -> Result<()> {
         let mut invocation = self.stock_invocation(&SET, item);
         invocation.arg(quantity);
-        let _: i64 = self.invoke(invocation).await?;
-        Ok(())
+        match self.invoke(invocation).await? {
+            TOO_MUCH => Err(super::too_much()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn create(&self, item: &Name, quantity: u64) -> Result<bool> {
+        let mut invocation = self.stock_invocation(&CREATE, item);
+        invocation.arg(quantity);
+        let created: i64 = self.invoke(invocation).await?;
+        Ok(created == 1)
     }
 
     async fn get(&self, item: &Name) -> Result<Option<u64>> {
@@ -73,8 +86,10 @@ where
     async fn restock(&self, item: &Name, quantity: u64) -> Result<Option<u64>> {
         let mut invocation = self.stock_invocation(&RESTOCK, item);
         invocation.arg(quantity);
-        let stock: i64 = self.invoke(invocation).await?;
-        Ok((stock >= 0).then_some(stock.unsigned_abs()))
+        match self.invoke(invocation).await? {
+            TOO_MUCH => Err(super::too_much()),
+            stock => Ok((stock >= 0).then_some(stock.unsigned_abs())),
+        }
     }
 
     async fn decrement(
