@@ -46,6 +46,14 @@ pub enum Error {
     /// Redis answered with something a script of ours never returns.
     #[error("unexpected reply from backend: {0}")]
     UnexpectedReply(String),
+    /// The Redis server is older than this crate supports.
+    #[error("Redis {version} is not supported: {minimum} or later is needed")]
+    UnsupportedServer {
+        /// The server's version, as it reported it.
+        version: String,
+        /// The oldest version supported.
+        minimum: &'static str,
+    },
 }
 
 impl Error {

@@ -13,4 +13,4 @@ pub use self::clock::ManualClock;
 pub(crate) use self::memory::shrink_swept;
 pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryBuilder};
 pub(crate) use self::pubsub::Subscription;
-pub use self::redis::{RedisBackend, RedisConfig};
+pub use self::redis::{MIN_REDIS_VERSION, RedisBackend, RedisConfig};

@@ -138,7 +138,60 @@ impl RedisBackend<ConnectionManager> {
         )
         .await
         .map_err(|_| Error::Timeout(config.connect_timeout))??;
+        // Part of connecting, so bounded as connecting is, on a connection
+        // of its own (the shared one gives up after the response timeout).
+        let check = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.connect_timeout));
+        let mut once = client
+            .get_multiplexed_async_connection_with_config(&check)
+            .await?;
+        check_server_on(&mut once, config.connect_timeout).await?;
         Ok(Self::from_connection(conn, config).with_subscriber(client))
+    }
+}
+
+/// The oldest Redis supported: the scripts read the server's clock
+/// (`TIME`) before they write, which Redis allows from 5.0 on.
+pub const MIN_REDIS_VERSION: &str = "5.0";
+
+/// The `major.minor` of a `redis_version:` line in `INFO server`'s answer.
+fn server_version(info: &str) -> Option<(u32, u32, &str)> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))?
+        .trim();
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor, version))
+}
+
+/// Asks the server on `conn` its version, within `timeout`, and refuses one
+/// older than [`MIN_REDIS_VERSION`].
+async fn check_server_on(conn: &mut impl ConnectionLike, timeout: Duration) -> Result<()> {
+    let mut info = redis::cmd("INFO");
+    info.arg("server");
+    let info = match tokio::time::timeout(timeout, info.query_async::<String>(conn)).await {
+        Ok(Ok(info)) => info,
+        Ok(Err(error)) if error.code() == Some("NOPERM") => {
+            tracing::warn!(%error, "cannot read the Redis version (INFO is not allowed); {MIN_REDIS_VERSION} or later is needed");
+            return Ok(());
+        }
+        Ok(Err(error)) => return Err(error.into()),
+        Err(_) => return Err(Error::Timeout(timeout)),
+    };
+    check_version(&info)
+}
+
+/// Refuses a server older than [`MIN_REDIS_VERSION`], given its `INFO`.
+fn check_version(info: &str) -> Result<()> {
+    match server_version(info) {
+        Some((major, _, version)) if major < 5 => Err(Error::UnsupportedServer {
+            version: version.to_owned(),
+            minimum: MIN_REDIS_VERSION,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -185,6 +238,18 @@ where
         self.timeout
     }
 
+    /// Checks that the server is one this crate supports ([`connect`](RedisBackend::connect)
+    /// does this at once; call it after [`from_connection`](Self::from_connection)).
+    /// A server that does not say its version (`INFO` refused to an ACL
+    /// user) is taken as supported, with a warning.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedServer`] for a server older than
+    /// [`MIN_REDIS_VERSION`]; backend failures.
+    pub async fn check_server(&self) -> Result<()> {
+        check_server_on(&mut self.conn.clone(), self.timeout).await
+    }
+
     /// Runs a script invocation (EVALSHA, loading the script on `NOSCRIPT`)
     /// on the shared connection, bounded by the response timeout.
     pub(crate) async fn invoke<T: FromRedisValue>(
@@ -212,5 +277,29 @@ where
 
     pub(crate) fn subscription(&self, channel: String) -> Option<Subscription> {
         self.subscriber.as_ref().map(|s| s.register(channel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_before_five_are_refused() {
+        let info = |v: &str| format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n");
+        for old in ["2.8.24", "3.2.12", "4.0.14"] {
+            match check_version(&info(old)) {
+                Err(Error::UnsupportedServer { version, minimum }) => {
+                    assert_eq!((version.as_str(), minimum), (old, MIN_REDIS_VERSION));
+                }
+                other => panic!("{old}: {other:?}"),
+            }
+        }
+        for new in ["5.0.0", "6.2.14", "7.0.15", "7.2.4", "8.0.2"] {
+            assert!(check_version(&info(new)).is_ok(), "{new}");
+        }
+        // A server that does not say is given the benefit of the doubt.
+        assert!(check_version("# Server\r\n").is_ok());
+        assert_eq!(server_version(&info("7.0.15")), Some((7, 0, "7.0.15")));
     }
 }
