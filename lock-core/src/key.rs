@@ -103,7 +103,10 @@ pub(crate) fn check_chars(s: &str, max: usize) -> Result<()> {
 #[cold]
 fn check_chars_fully(s: &str, max: usize) -> Result<()> {
     if s.len() > max {
-        return Err(Error::invalid_name(s, "too long"));
+        return Err(Error::invalid_name(
+            s,
+            "must be at most 512 bytes (with its scope, for a rate-limit key)",
+        ));
     }
     // One pass over the bytes. In UTF-8 the C0 controls and DEL are single
     // bytes, and the C1 controls (U+0080..=U+009F) are 0xC2 followed by

@@ -2,11 +2,14 @@
 //! counters they keep.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use bytes::Bytes;
 use crossbeam_utils::CachePadded;
+use http::{Response, StatusCode};
 
-use http::StatusCode;
+use crate::key::Missing;
+use crate::response::plain_text;
 
 /// What to do when the backend fails or does not answer within the decision
 /// timeout. Failures are logged with `tracing` and counted in [`Metrics`].
@@ -23,21 +26,53 @@ pub enum OnBackendFailure {
     Fallback,
 }
 
-/// What to do with a request whose key cannot be extracted (or is not a valid
-/// name: empty, too long, braces).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do with a request whose key cannot be extracted, or is not a
+/// valid name (empty, too long, braces, control characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {
-    /// Answer with this status (400 for a client's fault, 500 for a
-    /// misconfigured extractor).
+    /// The default: a key the request itself lacks or spoils (a missing
+    /// header, a key with a brace) is the client's mistake, answered 400
+    /// with the reason; a key no request can have as the server is set up
+    /// (no peer address: the server was not started with connect info) is
+    /// answered 500, and logged once at `warn` with the fix.
+    #[default]
+    Reject,
+    /// Answer with this status, whatever the cause.
     Respond(StatusCode),
     /// Let the request through unchecked.
     PassThrough,
 }
 
-impl Default for MissingKey {
-    fn default() -> Self {
-        MissingKey::Respond(StatusCode::INTERNAL_SERVER_ERROR)
+/// The answer to a request without a usable key under `policy` (`None`:
+/// let it through). `what` names the layer in the log; `warned` makes a
+/// configuration problem logged once per layer.
+pub(crate) fn no_key(
+    policy: MissingKey,
+    missing: &Missing,
+    what: &str,
+    warned: &AtomicBool,
+) -> Option<Response<Bytes>> {
+    match policy {
+        MissingKey::PassThrough => None,
+        MissingKey::Respond(status) => Some(plain_text(status, format!("No {what} key\n"))),
+        MissingKey::Reject if missing.is_configuration() => {
+            if !warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    layer = what,
+                    fix = missing.reason(),
+                    "requests have no {what} key; every one is answered 500 until this is fixed"
+                );
+            }
+            Some(plain_text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("No {what} key: the server is misconfigured\n"),
+            ))
+        }
+        MissingKey::Reject => Some(plain_text(
+            StatusCode::BAD_REQUEST,
+            format!("Bad request: {}\n", missing.reason()),
+        )),
     }
 }
 

@@ -6,7 +6,16 @@ use http::{HeaderValue, Response, StatusCode};
 
 /// A plain-text response.
 pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response<Bytes> {
-    let mut response = Response::new(Bytes::from_static(text.as_bytes()));
+    plain_bytes(status, Bytes::from_static(text.as_bytes()))
+}
+
+/// A plain-text response of text made for it.
+pub(crate) fn plain_text(status: StatusCode, text: String) -> Response<Bytes> {
+    plain_bytes(status, Bytes::from(text))
+}
+
+fn plain_bytes(status: StatusCode, text: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(text);
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,

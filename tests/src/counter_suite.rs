@@ -284,11 +284,16 @@ pub async fn totals_past_the_maximum_are_refused<B: CounterBackend>(backend: B) 
     // Held units count too.
     stock.set("big", 100).await.expect("set");
     stock.reserve("big", 40, "o", HOLD).await.expect("reserve");
-    assert!(too_much(stock.set("big", MAX_QUANTITY).await.map(|()| None)));
+    assert!(too_much(
+        stock.set("big", MAX_QUANTITY).await.map(|()| None)
+    ));
     assert!(too_much(stock.restock("big", MAX_QUANTITY - 99).await));
     assert_eq!(stock.get("big").await.expect("get"), Some(60));
     assert_eq!(
-        stock.restock("big", MAX_QUANTITY - 100).await.expect("restock"),
+        stock
+            .restock("big", MAX_QUANTITY - 100)
+            .await
+            .expect("restock"),
         Some(MAX_QUANTITY - 40)
     );
 }

@@ -74,6 +74,11 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
     /// A header as text ("" when absent).
     pub fn header(&self, name: &str) -> &str {
         self.headers
@@ -106,9 +111,22 @@ impl TestClient {
     /// # Panics
     /// On a transport error or after 30 s: the tests treat both as failures.
     pub async fn send(&self, method: &str, url: &str, headers: &[(&str, &str)]) -> Reply {
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        self.send_bytes(method, url, &headers).await
+    }
+
+    /// As [`send`](Self::send), with header values of any bytes (not only
+    /// text).
+    ///
+    /// # Panics
+    /// As [`send`](Self::send), and for a value HTTP cannot carry at all
+    /// (a line break).
+    pub async fn send_bytes(&self, method: &str, url: &str, headers: &[(&str, &[u8])]) -> Reply {
         let mut builder = Request::builder().method(method).uri(url);
         for (k, v) in headers {
-            builder = builder.header(*k, *v);
+            let value =
+                http::HeaderValue::from_bytes(v).unwrap_or_else(|e| panic!("header {k}: {e}"));
+            builder = builder.header(*k, value);
         }
         let request = builder
             .body(Empty::new())

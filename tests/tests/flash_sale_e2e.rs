@@ -121,7 +121,7 @@ async fn an_expired_reservation_returns_its_stock(framework: Framework, redis: b
         .send(
             "POST",
             &format!("{base}/items/seat/reserve?hold_ms=300"),
-            &[("x-order-id", "r1")],
+            &[("x-user-id", "dave"), ("x-order-id", "r1")],
         )
         .await;
     assert_eq!(reserve.status, StatusCode::CREATED);
@@ -151,7 +151,7 @@ async fn an_expired_reservation_returns_its_stock(framework: Framework, redis: b
         .send(
             "POST",
             &format!("{base}/items/seat/reserve"),
-            &[("x-order-id", "r2")],
+            &[("x-user-id", "dave"), ("x-order-id", "r2")],
         )
         .await;
     let confirmed = client
@@ -169,7 +169,7 @@ async fn an_expired_reservation_returns_its_stock(framework: Framework, redis: b
         .send(
             "POST",
             &format!("{base}/items/seat/reserve"),
-            &[("x-order-id", "r3")],
+            &[("x-user-id", "dave"), ("x-order-id", "r3")],
         )
         .await;
     let cancelled = client
@@ -184,6 +184,191 @@ async fn an_expired_reservation_returns_its_stock(framework: Framework, redis: b
     assert_eq!(body["stock"], 1);
     let health = client.get(&format!("{base}/health"), &[]).await;
     assert_eq!(health.status, StatusCode::OK);
+}
+
+/// Fifty kinds of malformed request: none gets a 5xx, and a buy or
+/// reservation without a usable `x-user-id` or `x-order-id` is a 400 that
+/// says why.
+async fn malformed_requests_get_no_5xx(framework: Framework, redis: bool) {
+    let server = redis.then(RedisServer::start);
+    let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
+        .await
+        .expect("start");
+    let base = format!("http://{}", running.addr());
+    let client = TestClient::new();
+    client
+        .send("PUT", &format!("{base}/items/tee?stock=50"), &[])
+        .await;
+    let long = "u".repeat(600);
+    let bad_ids: Vec<&[u8]> = vec![
+        b"",
+        b"{",
+        b"a}b",
+        b"a{b}",
+        b"tab\there",
+        b"\xff\xfe",
+        b"caf\xc3",
+        long.as_bytes(),
+        b" ",
+    ];
+    // (method, url, headers)
+    type Malformed<'a> = (String, String, Vec<(&'a str, &'a [u8])>);
+    let mut requests: Vec<Malformed<'_>> = Vec::new();
+    for route in ["buy", "reserve"] {
+        let url = format!("{base}/items/tee/{route}");
+        // No user, no order.
+        requests.push(("POST".into(), url.clone(), vec![]));
+        requests.push(("POST".into(), url.clone(), vec![("x-order-id", b"o-1")]));
+        for bad in &bad_ids {
+            requests.push((
+                "POST".into(),
+                url.clone(),
+                vec![("x-user-id", bad), ("x-order-id", b"o-2")],
+            ));
+            requests.push((
+                "POST".into(),
+                url.clone(),
+                vec![("x-user-id", b"erin"), ("x-order-id", bad)],
+            ));
+        }
+    }
+    for path in [
+        "/items/%7Bx%7D",
+        "/items/%7Bx%7D/buy",
+        "/items/tee?stock=abc",
+        "/items/tee?stock=-1",
+        "/items/tee/reserve?hold_ms=abc",
+        "/items/tee/reserve?hold_ms=0",
+        "/items/tee/reserve?hold_ms=99999999999999999999",
+        "/items/tee/reservations/%7Bo%7D/confirm",
+        "/items/tee/reservations/%7Bo%7D/cancel",
+        "/items/%09/buy",
+        "/nowhere",
+    ] {
+        let method = if path.contains("stock=") {
+            "PUT"
+        } else {
+            "POST"
+        };
+        let headers = vec![("x-user-id", &b"frank"[..]), ("x-order-id", &b"o-3"[..])];
+        requests.push((method.into(), format!("{base}{path}"), headers));
+    }
+    assert!(requests.len() >= 50, "{} kinds", requests.len());
+    for (method, url, headers) in &requests {
+        let reply = client.send_bytes(method, url, headers).await;
+        assert!(
+            !reply.status.is_server_error(),
+            "{method} {url} {headers:?}: {} {:?}",
+            reply.status,
+            reply.text()
+        );
+        let is_buy_or_reserve = url.ends_with("/buy") || url.ends_with("/reserve");
+        if is_buy_or_reserve
+            && url.contains("/tee/")
+            && reply.status != StatusCode::TOO_MANY_REQUESTS
+        {
+            assert_eq!(
+                reply.status,
+                StatusCode::BAD_REQUEST,
+                "{method} {url} {headers:?}: {:?}",
+                reply.text()
+            );
+            assert!(!reply.text().trim().is_empty(), "a 400 without a reason");
+        }
+    }
+    let stock = client.get(&format!("{base}/items/tee"), &[]).await;
+    let body: serde_json::Value = serde_json::from_slice(&stock.body).expect("json");
+    assert_eq!(
+        body["stock"], 50,
+        "a malformed request bought or held something"
+    );
+}
+
+/// A client that makes up a new `x-user-id` for every reservation is still
+/// limited by its address.
+async fn made_up_users_are_limited_by_address(framework: Framework, redis: bool) {
+    let server = redis.then(RedisServer::start);
+    let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
+        .await
+        .expect("start");
+    let base = format!("http://{}", running.addr());
+    let client = TestClient::new();
+    client
+        .send("PUT", &format!("{base}/items/lot?stock=1000"), &[])
+        .await;
+    let url = format!("{base}/items/lot/reserve");
+    let mut limited = 0;
+    for i in 0..80 {
+        let (user, order) = (format!("fake-{i}"), format!("order-{i}"));
+        let reply = client
+            .send(
+                "POST",
+                &url,
+                &[("x-user-id", user.as_str()), ("x-order-id", order.as_str())],
+            )
+            .await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            limited += 1;
+        }
+    }
+    assert!(
+        limited > 0,
+        "80 reservations under 80 names were never limited"
+    );
+}
+
+/// Starts a shop instance on `server`'s Redis as `flash-sale serve` does:
+/// it seeds the sale item, then serves. What the seeding answered, too.
+async fn start_instance(
+    framework: Framework,
+    server: &RedisServer,
+) -> (RunningServer, serde_json::Value) {
+    let shop = shop(Some(server)).await;
+    let seeded = shop.seed().await;
+    let running = RunningServer::start(framework, shop, 0)
+        .await
+        .expect("start");
+    (running, seeded.body)
+}
+
+/// Shop instances started one after another against the same Redis: they
+/// sell three units between them, and a third instance's start leaves the
+/// stock at 97.
+async fn a_new_instance_does_not_restock(framework: Framework) {
+    let server = RedisServer::start();
+    let (item, seeded) = lock_examples::flash_sale::SEED;
+    let (first, _) = start_instance(framework, &server).await;
+    let (second, _) = start_instance(framework, &server).await;
+    let client = TestClient::new();
+    for i in 0..3 {
+        let base = format!("http://{}", [&first, &second][i % 2].addr());
+        let (user, order) = (format!("buyer-{i}"), format!("seed-order-{i}"));
+        let reply = client
+            .send(
+                "POST",
+                &format!("{base}/items/{item}/buy"),
+                &[("x-user-id", user.as_str()), ("x-order-id", order.as_str())],
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.text());
+    }
+    let (third, seeded_again) = start_instance(framework, &server).await;
+    assert_eq!(seeded_again["stock"], seeded - 3, "{seeded_again:?}");
+    let stock = client
+        .get(&format!("http://{}/items/{item}", third.addr()), &[])
+        .await;
+    let body: serde_json::Value = serde_json::from_slice(&stock.body).expect("json");
+    assert_eq!(body["stock"], seeded - 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_axum_instance_does_not_restock() {
+    a_new_instance_does_not_restock(Framework::Axum).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_actix_instance_does_not_restock() {
+    a_new_instance_does_not_restock(Framework::Actix).await;
 }
 
 macro_rules! matrix {
@@ -211,4 +396,6 @@ matrix!(
     two_thousand_buyers_get_exactly_the_stock,
     retries_never_buy_twice_and_429s_carry_headers,
     an_expired_reservation_returns_its_stock,
+    malformed_requests_get_no_5xx,
+    made_up_users_are_limited_by_address,
 );

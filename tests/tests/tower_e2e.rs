@@ -552,7 +552,8 @@ async fn sequential_requests_on_one_key_are_never_refused<B: LockBackend>(backen
 }
 
 /// A request without a key, or with one that is not a valid name, gets the
-/// layer's missing-key answer; one with a key is limited as usual.
+/// layer's missing-key answer: by default 400 with the reason (the
+/// client's mistake); one with a key is limited as usual.
 async fn requests_without_a_key_follow_the_missing_key_policy<B: RateBackend>(backend: B) {
     let user = http::HeaderName::from_static("x-user");
     let strict = RateLimitLayer::new(
@@ -570,12 +571,16 @@ async fn requests_without_a_key_follow_the_missing_key_policy<B: RateBackend>(ba
     let strict = TestServer::start(app(strict)).await;
     let lenient = TestServer::start(app(lenient)).await;
     let client = TestClient::new();
-    for headers in [&[][..], &[("x-user", "a{b}")][..]] {
+    for (headers, reason) in [
+        (&[][..], "the `x-user` header is missing"),
+        (&[("x-user", "a{b}")][..], "must not contain `{` or `}`"),
+    ] {
         let refused = client.get(&strict.url("/"), headers).await;
-        assert_eq!(
-            refused.status,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "{headers:?}"
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{headers:?}");
+        assert!(
+            refused.text().contains(reason),
+            "{headers:?}: {:?}",
+            refused.text()
         );
         assert_eq!(refused.header("ratelimit"), "");
         let passed = client.get(&lenient.url("/"), headers).await;

@@ -90,8 +90,13 @@ async fn run() -> Result<ExitCode, String> {
                 .await
                 .map_err(|e| e.to_string())?;
             println!("{:?} shop on http://{}", args.framework, server.addr());
-            let created = shop.set_stock("flash-tshirt", 100).await;
-            println!("item flash-tshirt: {}", created.body);
+            // Only if it does not exist: another instance may be selling it.
+            let seeded = shop.seed().await;
+            println!(
+                "item {}: {}",
+                lock_examples::flash_sale::SEED.0,
+                seeded.body
+            );
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }

@@ -1,5 +1,6 @@
-//! The shop on actix-web: the rate limit is actix middleware on the buy
-//! route, the per-user lock an actix extractor.
+//! The shop on actix-web: the rate limits (per user and per client address)
+//! are actix middleware on the buy and reserve routes, the per-user lock an
+//! actix extractor.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -58,7 +59,9 @@ async fn buy(
     respond(shop.buy(&item, order_id(&request)).await)
 }
 
+/// Rate-limited and locked per user, as a purchase is.
 async fn reserve(
+    _user: Locked,
     shop: web::Data<Shop>,
     item: web::Path<String>,
     query: web::Query<HoldQuery>,
@@ -76,19 +79,21 @@ async fn cancel(shop: web::Data<Shop>, path: web::Path<(String, String)>) -> Htt
     respond(shop.cancel(&path.0, &path.1).await)
 }
 
-fn middleware(shop: &Shop) -> (RateLimit, RouteLock) {
+/// The per-user and per-address rate limits, and the per-user lock.
+fn middleware(shop: &Shop) -> (RateLimit, RateLimit, RouteLock) {
     match (&shop.backend, &shop.redlock) {
         (Backend::Memory(b), _) => (
-            RateLimit::new(shop.rate_layer(b.clone())),
+            RateLimit::new(shop.user_rate_layer(b.clone())),
+            RateLimit::new(shop.address_rate_layer(b.clone())),
             RouteLock::new(shop.lock_layer(b.clone())),
         ),
-        (Backend::Redis(b), Some(redlock)) => (
-            RateLimit::new(shop.rate_layer(b.clone())),
-            RouteLock::new(shop.lock_layer(redlock.clone())),
-        ),
-        (Backend::Redis(b), None) => (
-            RateLimit::new(shop.rate_layer(b.clone())),
-            RouteLock::new(shop.lock_layer(b.clone())),
+        (Backend::Redis(b), redlock) => (
+            RateLimit::new(shop.user_rate_layer(b.clone())),
+            RateLimit::new(shop.address_rate_layer(b.clone())),
+            match redlock {
+                Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
+                None => RouteLock::new(shop.lock_layer(b.clone())),
+            },
         ),
     }
 }
@@ -129,7 +134,7 @@ impl Drop for ActixServer {
 /// # Errors
 /// When the port cannot be bound or the thread cannot start.
 pub fn start_actix(shop: Shop, port: u16) -> std::io::Result<ActixServer> {
-    let (rate_limit, user_lock) = middleware(&shop);
+    let (user_limit, address_limit, user_lock) = middleware(&shop);
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("flash-sale-actix".into())
@@ -145,10 +150,16 @@ pub fn start_actix(shop: Shop, port: u16) -> std::io::Result<ActixServer> {
                         .route("/items/{item}", web::put().to(set_stock))
                         .service(
                             web::resource("/items/{item}/buy")
-                                .wrap(rate_limit.clone())
+                                .wrap(user_limit.clone())
+                                .wrap(address_limit.clone())
                                 .route(web::post().to(buy)),
                         )
-                        .route("/items/{item}/reserve", web::post().to(reserve))
+                        .service(
+                            web::resource("/items/{item}/reserve")
+                                .wrap(user_limit.clone())
+                                .wrap(address_limit.clone())
+                                .route(web::post().to(reserve)),
+                        )
                         .route(
                             "/items/{item}/reservations/{order}/confirm",
                             web::post().to(confirm),

@@ -1,15 +1,19 @@
-//! The shop on axum: the rate limit is a tower layer on the buy route, the
-//! per-user lock an axum extractor.
+//! The shop on axum: the rate limits (per user and per client address) are
+//! tower layers on the buy and reserve routes, the per-user lock an axum
+//! extractor.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::{FromRef, Path, Query, State};
+use axum::handler::Handler;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use lock_axum::{Locked, RouteLock};
+use lock_core::rate::RateBackend;
 use serde::Deserialize;
 
 use super::shop::{Backend, Outcome, Shop};
@@ -74,7 +78,9 @@ async fn buy(
     state.shop.buy(&item, order_id(&headers)).await
 }
 
+/// Rate-limited and locked per user, as a purchase is.
 async fn reserve(
+    _user: Locked,
     State(state): State<AppState>,
     Path(item): Path<String>,
     Query(query): Query<HoldQuery>,
@@ -98,15 +104,29 @@ async fn cancel(
     state.shop.cancel(&item, &order).await
 }
 
+/// `handler` behind the shop's two rate limits, on `backend`.
+fn limited<H, T, B>(shop: &Shop, backend: B, handler: H) -> MethodRouter<AppState>
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+    B: RateBackend,
+{
+    post(handler)
+        .layer::<_, Infallible>(shop.user_rate_layer(backend.clone()))
+        .layer::<_, Infallible>(shop.address_rate_layer(backend))
+}
+
 /// The shop's axum router (serve it with `ConnectInfo<SocketAddr>`).
 pub fn axum_router(shop: Shop) -> Router {
-    let (buy_route, user_lock) = match (&shop.backend, &shop.redlock) {
+    let (buy_route, reserve_route, user_lock) = match (&shop.backend, &shop.redlock) {
         (Backend::Memory(b), _) => (
-            post(buy).layer(shop.rate_layer(b.clone())),
+            limited(&shop, b.clone(), buy),
+            limited(&shop, b.clone(), reserve),
             RouteLock::new(shop.lock_layer(b.clone())),
         ),
         (Backend::Redis(b), redlock) => (
-            post(buy).layer(shop.rate_layer(b.clone())),
+            limited(&shop, b.clone(), buy),
+            limited(&shop, b.clone(), reserve),
             match redlock {
                 Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
                 None => RouteLock::new(shop.lock_layer(b.clone())),
@@ -117,7 +137,7 @@ pub fn axum_router(shop: Shop) -> Router {
         .route("/health", get(health))
         .route("/items/{item}", get(stock).put(set_stock))
         .route("/items/{item}/buy", buy_route)
-        .route("/items/{item}/reserve", post(reserve))
+        .route("/items/{item}/reserve", reserve_route)
         .route("/items/{item}/reservations/{order}/confirm", post(confirm))
         .route("/items/{item}/reservations/{order}/cancel", post(cancel))
         .with_state(AppState { shop, user_lock })

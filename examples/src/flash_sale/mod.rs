@@ -7,14 +7,17 @@
 //! | `GET /health` | liveness and the backend in use |
 //! | `PUT /items/{id}?stock=N` | create or reset an item's stock |
 //! | `GET /items/{id}` | the item's stock |
-//! | `POST /items/{id}/buy` | buy one: per-client rate limit, per-user lock, idempotent decrement keyed by `x-order-id` |
-//! | `POST /items/{id}/reserve?hold_ms=N` | hold one for the order in `x-order-id` |
+//! | `POST /items/{id}/buy` | buy one: per-user and per-address rate limits, per-user lock, idempotent decrement keyed by `x-order-id` |
+//! | `POST /items/{id}/reserve?hold_ms=N` | hold one for the order in `x-order-id`, limited and locked as a purchase is |
 //! | `POST /items/{id}/reservations/{order}/confirm` | make a hold final |
 //! | `POST /items/{id}/reservations/{order}/cancel` | give a hold back |
 //!
 //! Buyers identify themselves with `x-user-id` (the rate-limit and lock key)
 //! and each purchase with `x-order-id` (a retry with the same id never buys
-//! twice). Runs in memory by default; on Redis when `REDIS_URL` is set, with
+//! twice); a request without them, or with one that is not a valid name,
+//! is answered 400 with the reason. Each client address is limited too
+//! (`X-Forwarded-For` is read only from trusted proxies, loopback by
+//! default), so inventing a new `x-user-id` per request buys no more room. Runs in memory by default; on Redis when `REDIS_URL` is set, with
 //! Redlock for the user locks when it lists several URLs (comma-separated).
 
 mod actix_app;
@@ -24,7 +27,7 @@ pub mod simulate;
 
 pub use actix_app::{ActixServer, start_actix};
 pub use axum_app::{axum_router, start_axum};
-pub use shop::{Outcome, Shop, ShopConfig};
+pub use shop::{Outcome, SEED, Shop, ShopConfig};
 
 /// Which web framework serves the shop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,20 +4,30 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use http::HeaderName;
+use ipnet::IpNet;
 use lock_core::backend::{MemoryBackend, RedisBackend};
 use lock_core::counter::{Purchase, Reservation, Settle, Stock};
 use lock_core::lock::{LockBackend, Redlock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
-use lock_tower::key::{KeyExtractor, PeerIp, RequestParts};
+use lock_tower::key::{ClientIp, HeaderKey};
 use lock_tower::{LockLayer, OnBackendFailure, RateLimitLayer};
 use serde_json::{Value, json};
 
 /// Tunables of the shop.
 #[derive(Debug, Clone)]
 pub struct ShopConfig {
-    /// Purchases per user per second (GCRA; the burst is the same number; at
-    /// most a million).
+    /// Purchases and reservations per user (`x-user-id`) per second (GCRA;
+    /// the burst is the same number; at most a million).
     pub buys_per_second: NonZeroU32,
+    /// Purchases and reservations per client address per second, whatever
+    /// users it claims to be: a client that makes up a new `x-user-id` for
+    /// each request still gets only this many (at most a million).
+    pub buys_per_second_per_address: NonZeroU32,
+    /// Reverse proxies whose `X-Forwarded-For` names the client's address
+    /// (default: loopback, where a local proxy, or the `simulate` command,
+    /// stands in front of the shop).
+    pub trusted_proxies: Vec<IpNet>,
     /// How long a buy waits for the same user's other buy to finish before
     /// answering 503 (0 = answer 423 at once). A user's buys are serialized,
     /// not refused: the lock of a finished buy is released in the background,
@@ -34,6 +44,11 @@ impl Default for ShopConfig {
     fn default() -> Self {
         ShopConfig {
             buys_per_second: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+            buys_per_second_per_address: NonZeroU32::new(50).unwrap_or(NonZeroU32::MIN),
+            trusted_proxies: ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|net| net.parse().ok())
+                .collect(),
             lock_wait: Duration::from_secs(5),
             hold: Duration::from_secs(600),
             decision_timeout: Duration::from_secs(2),
@@ -88,18 +103,11 @@ fn failure(error: &lock_core::Error) -> Outcome {
     }
 }
 
-/// The client a request comes from: its `x-user-id`, else its IP address.
-pub(crate) fn client_key(request: RequestParts<'_>) -> Option<String> {
-    user_key(request).or_else(|| PeerIp::new().extract(request))
-}
+/// The header buyers name themselves with.
+const USER: HeaderName = HeaderName::from_static("x-user-id");
 
-/// The user a request acts for (`x-user-id`).
-pub(crate) fn user_key(request: RequestParts<'_>) -> Option<String> {
-    let user = request.headers.get("x-user-id")?.to_str().ok()?;
-    (!user.is_empty()).then(|| format!("user:{user}"))
-}
-
-type KeyFn = fn(RequestParts<'_>) -> Option<String>;
+/// The item the `serve` command puts on sale, and how many.
+pub const SEED: (&str, u64) = ("flash-tshirt", 100);
 
 const MAX_BUYS_PER_SECOND: NonZeroU32 = match NonZeroU32::new(1_000_000) {
     Some(n) => n,
@@ -174,26 +182,67 @@ impl Shop {
         }
     }
 
-    /// The per-client purchase rate limit, as a tower layer on `backend`.
-    pub(crate) fn rate_layer<B: RateBackend>(&self, backend: B) -> RateLimitLayer<B, KeyFn> {
+    /// A per-second GCRA rate limit of `per_second` under `scope`, keyed by
+    /// `key`, as a tower layer on `backend`.
+    fn rate_layer<B: RateBackend, K: lock_tower::key::KeyExtractor>(
+        &self,
+        backend: B,
+        scope: &str,
+        per_second: NonZeroU32,
+        key: K,
+    ) -> RateLimitLayer<B, K> {
         // GCRA allows at most one unit per microsecond: a million per second.
-        let per_second = self.config.buys_per_second.min(MAX_BUYS_PER_SECOND);
-        let quota = Quota::per_second(per_second).named("buys");
+        let quota = Quota::per_second(per_second.min(MAX_BUYS_PER_SECOND)).named(scope);
         let policy = Policy::new(Algorithm::Gcra).quota(quota);
-        let limiter = RateLimiter::new(backend, "shop", policy)
+        let limiter = RateLimiter::new(backend, scope, policy)
             .unwrap_or_else(|e| unreachable!("a clamped per-second GCRA quota is valid: {e}"));
-        RateLimitLayer::new(limiter, client_key as KeyFn)
+        RateLimitLayer::new(limiter, key)
             .on_backend_failure(OnBackendFailure::FailClosed)
             .decision_timeout(self.config.decision_timeout)
     }
 
+    /// The per-user limit on purchases and reservations, as a tower layer.
+    pub(crate) fn user_rate_layer<B: RateBackend>(
+        &self,
+        backend: B,
+    ) -> RateLimitLayer<B, HeaderKey> {
+        let per_second = self.config.buys_per_second;
+        self.rate_layer(backend, "buys", per_second, HeaderKey::new(USER))
+    }
+
+    /// The per-address limit on purchases and reservations, as a tower
+    /// layer: it holds however many users a client claims to be.
+    pub(crate) fn address_rate_layer<B: RateBackend>(
+        &self,
+        backend: B,
+    ) -> RateLimitLayer<B, ClientIp> {
+        let per_second = self.config.buys_per_second_per_address;
+        let key = ClientIp::new(self.config.trusted_proxies.iter().copied());
+        self.rate_layer(backend, "address", per_second, key)
+            .headers_on_success(false)
+    }
+
     /// The per-user lock, as a tower layer on `backend`.
-    pub(crate) fn lock_layer<B: LockBackend>(&self, backend: B) -> LockLayer<B, KeyFn> {
-        LockLayer::new(backend, user_key as KeyFn)
+    pub(crate) fn lock_layer<B: LockBackend>(&self, backend: B) -> LockLayer<B, HeaderKey> {
+        LockLayer::new(backend, HeaderKey::new(USER))
             .scope("shop")
             .wait(self.config.lock_wait)
             .decision_timeout(self.config.decision_timeout)
             .lock_options(lock_core::lock::LockOptions::new().lease(Duration::from_secs(10)))
+    }
+
+    /// Puts the [`SEED`] item on sale unless it exists: a second instance
+    /// started against the same Redis leaves the stock as it is.
+    pub async fn seed(&self) -> Outcome {
+        let (item, stock) = SEED;
+        match with_stock!(self, s => s.create(item, stock).await) {
+            Ok(true) => outcome(
+                201,
+                json!({ "item": item, "stock": stock, "created": true }),
+            ),
+            Ok(false) => self.stock(item).await,
+            Err(e) => failure(&e),
+        }
     }
 
     /// Health.

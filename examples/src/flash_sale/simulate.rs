@@ -223,6 +223,14 @@ pub async fn run(addr: SocketAddr, options: &Options) -> Result<Summary, String>
             (client.clone(), slots.clone(), buy_url.clone(), bar.clone());
         buyers.push(tokio::spawn(async move {
             let user = format!("user-{buyer}");
+            // Each buyer from an address of its own, as a local proxy in
+            // front of the shop would say.
+            let address = format!(
+                "10.{}.{}.{}",
+                buyer >> 16 & 255,
+                buyer >> 8 & 255,
+                buyer & 255
+            );
             let mut replies = Vec::new();
             let mut pending: Vec<tokio::task::JoinHandle<Result<Reply, String>>> = Vec::new();
             for (order, concurrent) in plan(buyer) {
@@ -232,12 +240,17 @@ pub async fn run(addr: SocketAddr, options: &Options) -> Result<Summary, String>
                     .await
                     .map_err(|e| e.to_string())?;
                 let (client, url, user) = (client.clone(), buy_url.clone(), user.clone());
+                let address = address.clone();
                 let request = tokio::spawn(async move {
                     let reply = send(
                         &client,
                         Method::POST,
                         &url,
-                        &[("x-user-id", user.as_str()), ("x-order-id", order.as_str())],
+                        &[
+                            ("x-user-id", user.as_str()),
+                            ("x-order-id", order.as_str()),
+                            ("x-forwarded-for", address.as_str()),
+                        ],
                     )
                     .await;
                     drop(permit);

@@ -284,7 +284,7 @@ mod tests {
     async fn expired_operations_are_swept() {
         let backend = MemoryBackend::new();
         let item = Name::new("item").unwrap();
-        backend.set(&item, u64::MAX).await.unwrap();
+        backend.set(&item, MAX_QUANTITY).await.unwrap();
         let remember = Duration::from_millis(1);
         let room = || {
             let state = backend.inner.counters.state.lock().unwrap();

@@ -9,7 +9,7 @@ use http::header::{FORWARDED, HeaderName};
 use ipnet::IpNet;
 use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
-use super::{HeadersRead, KeyExtractor, RequestParts};
+use super::{HeadersRead, KeyExtractor, Missing, RequestParts, no_peer_address};
 
 /// The TCP peer's IP address. Behind a reverse proxy every request comes from
 /// the proxy: use [`ClientIp`] there.
@@ -40,6 +40,10 @@ impl PeerIp {
 }
 
 impl KeyExtractor for PeerIp {
+    fn missing(&self) -> Missing {
+        no_peer_address()
+    }
+
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
         let peer = request.peer_addr()?;
         Some(Caller::ip(peer.ip(), self.v6_prefix).to_string())
@@ -185,6 +189,10 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
+    fn missing(&self) -> Missing {
+        no_peer_address()
+    }
+
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
         let client = self.client(request)?;
         Some(Caller::ip(client, self.v6_prefix).to_string())

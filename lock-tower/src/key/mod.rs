@@ -17,6 +17,7 @@
 
 mod ip;
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -91,11 +92,67 @@ impl<'a> RequestParts<'a> {
     }
 }
 
+/// Why a request has no key, as its [`KeyExtractor`] tells it: the
+/// request's own fault (a 400 with the reason), or the server's set-up (a
+/// 500, logged once with the fix). See [`MissingKey`](crate::MissingKey).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    configuration: bool,
+    reason: Cow<'static, str>,
+}
+
+impl Missing {
+    /// The request lacks what its key comes from (a header): the client's
+    /// mistake. `reason` is sent back to it.
+    pub fn request(reason: impl Into<Cow<'static, str>>) -> Self {
+        Missing {
+            configuration: false,
+            reason: reason.into(),
+        }
+    }
+
+    /// No request can have a key as the server is set up; `fix` says what
+    /// to change, and is logged (not sent to clients).
+    pub fn configuration(fix: impl Into<Cow<'static, str>>) -> Self {
+        Missing {
+            configuration: true,
+            reason: fix.into(),
+        }
+    }
+
+    /// Whether the server's set-up is at fault.
+    pub fn is_configuration(&self) -> bool {
+        self.configuration
+    }
+
+    /// Why: for the client, or for the operator when the set-up is at fault.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// What [`PeerIp`] and [`ClientIp`] say when there is no peer address.
+pub(crate) fn no_peer_address() -> Missing {
+    Missing::configuration(
+        "no peer address in the request: serve axum with \
+         `into_make_service_with_connect_info::<SocketAddr>()` (and the `axum` \
+         feature of lock-tower), or put the peer's `SocketAddr` in the request's extensions",
+    )
+}
+
 /// Decides the key of a request; `None` when it has none (see
 /// [`MissingKey`](crate::MissingKey)).
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The key of the request.
     fn extract(&self, request: RequestParts<'_>) -> Option<String>;
+
+    /// Why a request has no key, when it has none (the default: the
+    /// request's fault, with no more said). An extractor that reads what
+    /// the server must provide (the peer address) says so, so that the
+    /// layers log the fix instead of blaming clients.
+    fn missing(&self) -> Missing {
+        Missing::request("the request has no key")
+    }
 
     /// Calls `f` with the key of the request. The middleware uses this, so
     /// an extractor that can lend its key without allocating (a header, the
@@ -198,6 +255,13 @@ impl HeaderKey {
 impl KeyExtractor for HeaderKey {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
         self.value(request).map(str::to_owned)
+    }
+
+    fn missing(&self) -> Missing {
+        Missing::request(format!(
+            "the `{}` header is missing, empty or not text",
+            self.0
+        ))
     }
 
     fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {

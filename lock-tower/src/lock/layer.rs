@@ -1,5 +1,6 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -37,12 +38,15 @@ pub struct LockLayer<B, K> {
     pub(crate) missing_key: MissingKey,
     pub(crate) timeout: Duration,
     pub(crate) metrics: Arc<Metrics>,
+    /// Whether a key the set-up keeps every request from having was logged.
+    pub(crate) warned: Arc<AtomicBool>,
 }
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// One request at a time per key. Defaults: refuse a busy key at once with
     /// 423, a 30 s watchdog lease, release when the response is produced, fail
-    /// closed (503), 500 for a request without a key, lock names
+    /// closed (503), [`MissingKey::Reject`] for a request without a usable
+    /// key (400, or 500 for a set-up problem), lock names
     /// `http:<key>`.
     pub fn new(backend: B, key: K) -> Self {
         LockLayer {
@@ -60,6 +64,7 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
             missing_key: MissingKey::default(),
             timeout: DEFAULT_LOCK_TIMEOUT,
             metrics: Arc::default(),
+            warned: Arc::default(),
         }
     }
 
@@ -111,7 +116,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         self
     }
 
-    /// What to do with a request without a key (default 500).
+    /// What to do with a request without a usable key (default
+    /// [`MissingKey::Reject`]: 400 with the reason when the request is at
+    /// fault, 500 and a log line when the set-up is).
     pub fn on_missing_key(mut self, policy: MissingKey) -> Self {
         self.missing_key = policy;
         self

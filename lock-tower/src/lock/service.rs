@@ -14,9 +14,9 @@ use super::future::ResponseFuture;
 use super::layer::{LockLayer, Mode};
 use super::{HeldLock as Acquired, LockVerdict as Verdict};
 use crate::body::{GuardedBody, Held};
-use crate::failure::{MissingKey, OnBackendFailure};
+use crate::failure::{OnBackendFailure, no_key};
 use crate::headers::retry_after;
-use crate::key::{KeyExtractor, RequestParts};
+use crate::key::{KeyExtractor, Missing, RequestParts};
 use crate::response::{plain, unavailable};
 
 /// The service made by [`LockLayer`] and
@@ -88,10 +88,14 @@ fn release_guard<BK: LockBackend>(guard: Held) -> BoxFuture<'static, ()> {
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     fn missing(&self) -> Verdict {
+        self.no_key(&self.key.missing())
+    }
+
+    fn no_key(&self, missing: &Missing) -> Verdict {
         self.metrics.count_missing_key();
-        match self.missing_key {
-            MissingKey::PassThrough => Verdict::Proceed(None),
-            MissingKey::Respond(status) => Verdict::Respond(plain(status, "No lock key\n")),
+        match no_key(self.missing_key, missing, "lock", &self.warned) {
+            None => Verdict::Proceed(None),
+            Some(response) => Verdict::Respond(response),
         }
     }
 
@@ -145,7 +149,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
                 return Verdict::Proceed(Some(held(guard)));
             }
             Ok(None) => return self.busy(),
-            Err(Error::InvalidName { .. }) => return self.missing(),
+            Err(Error::InvalidName { reason, .. }) => {
+                return self.no_key(&Missing::request(format!("the request's key {reason}")));
+            }
             Err(error) if !error.is_backend_failure() => {
                 tracing::error!(%error, "lock layer misconfigured");
                 return Verdict::Respond(plain(

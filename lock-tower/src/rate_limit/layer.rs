@@ -1,5 +1,6 @@
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -76,6 +77,8 @@ pub(crate) struct Shared<B, K> {
     pub(super) legacy: bool,
     pub(super) policy_value: HeaderValue,
     pub(super) labels: Vec<String>,
+    /// Whether a key the set-up keeps every request from having was logged.
+    pub(super) warned: AtomicBool,
 }
 
 impl<B: Clone, K: Clone> Clone for Shared<B, K> {
@@ -94,13 +97,15 @@ impl<B: Clone, K: Clone> Clone for Shared<B, K> {
             policy_value: self.policy_value.clone(),
             labels: self.labels.clone(),
             metrics: self.metrics.clone(),
+            warned: AtomicBool::new(false),
         }
     }
 }
 
 impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     /// Limits requests by `key` with `limiter`. Defaults: cost 1, fail closed
-    /// (503) on backend failure, 500 for a request without a key, a 500 ms
+    /// (503) on backend failure, [`MissingKey::Reject`] for a request
+    /// without a usable key (400, or 500 for a set-up problem), a 500 ms
     /// decision timeout, `RateLimit` and `RateLimit-Policy` on every
     /// response, no legacy headers.
     pub fn new(limiter: RateLimiter<B>, key: K) -> Self {
@@ -127,6 +132,7 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
                 policy_value,
                 labels,
                 metrics: Arc::default(),
+                warned: AtomicBool::new(false),
             }),
         }
     }
@@ -155,7 +161,9 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.with(|s| s.on_failure = policy)
     }
 
-    /// What to do with a request without a key (default 500).
+    /// What to do with a request without a usable key (default
+    /// [`MissingKey::Reject`]: 400 with the reason when the request is at
+    /// fault, 500 and a log line when the set-up is).
     pub fn on_missing_key(self, policy: MissingKey) -> Self {
         self.with(|s| s.missing_key = policy)
     }

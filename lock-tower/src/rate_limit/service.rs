@@ -11,9 +11,9 @@ use tower::Service;
 use super::RateVerdict as Verdict;
 use super::future::ResponseFuture;
 use super::layer::Shared;
-use crate::failure::{MissingKey, OnBackendFailure};
+use crate::failure::{OnBackendFailure, no_key};
 use crate::headers;
-use crate::key::{KeyExtractor, RequestParts};
+use crate::key::{KeyExtractor, Missing, RequestParts};
 use crate::response::{plain, unavailable};
 
 /// A decision for a type-erased caller: ready at once, or boxed.
@@ -66,8 +66,10 @@ enum Now {
     Allowed,
     /// The backend decided.
     Decided(Decision),
-    /// The request has no key, or its key is not a valid name.
+    /// The request has no key.
     NoKey,
+    /// The request's key is not a valid name, for this reason.
+    Invalid(&'static str),
     /// The backend cannot decide with this configuration.
     Misconfigured,
 }
@@ -154,16 +156,17 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
                 Verdict::Allow(None)
             }
             Now::Decided(decision) => self.verdict(decision),
-            Now::NoKey => self.missing_key(),
+            Now::NoKey => self.no_key(&self.key.missing()),
+            Now::Invalid(reason) => self.no_key(&invalid(reason)),
             Now::Misconfigured => misconfigured(),
         }
     }
 
-    fn missing_key(&self) -> Verdict {
+    fn no_key(&self, missing: &Missing) -> Verdict {
         self.metrics.count_missing_key();
-        match self.missing_key {
-            MissingKey::PassThrough => Verdict::Allow(None),
-            MissingKey::Respond(status) => Verdict::Respond(plain(status, "No rate-limit key\n")),
+        match no_key(self.missing_key, missing, "rate-limit", &self.warned) {
+            None => Verdict::Allow(None),
+            Some(response) => Verdict::Respond(response),
         }
     }
 
@@ -175,7 +178,7 @@ impl<B: RateBackend, K: KeyExtractor> Shared<B, K> {
             .unwrap_or(Err(Error::Timeout(self.timeout)));
         let error = match result {
             Ok(decision) => return self.verdict(decision),
-            Err(Error::InvalidName { .. }) => return self.missing_key(),
+            Err(Error::InvalidName { reason, .. }) => return self.no_key(&invalid(reason)),
             Err(error) if !error.is_backend_failure() => {
                 tracing::error!(%error, "rate limit cannot decide");
                 return misconfigured();
@@ -220,13 +223,18 @@ fn ask(caller: lock_core::rate::Caller<'_>, cost: u32) -> Start {
 #[inline(never)]
 fn failed(error: Error) -> Option<Start> {
     match error {
-        Error::InvalidName { .. } => Some(Start::Now(Now::NoKey)),
+        Error::InvalidName { reason, .. } => Some(Start::Now(Now::Invalid(reason))),
         error if !error.is_backend_failure() => {
             tracing::error!(%error, "rate limit cannot decide");
             Some(Start::Now(Now::Misconfigured))
         }
         _ => None,
     }
+}
+
+/// A key the request gave that is not a valid name: its own mistake.
+fn invalid(reason: &str) -> Missing {
+    Missing::request(format!("the request's key {reason}"))
 }
 
 fn misconfigured() -> Verdict {
