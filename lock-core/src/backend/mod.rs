@@ -8,6 +8,7 @@ mod memory;
 pub(crate) mod notify;
 mod pubsub;
 mod redis;
+pub(crate) mod script;
 
 pub use self::clock::ManualClock;
 pub(crate) use self::memory::shrink_swept;

@@ -4,10 +4,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use redis::FromRedisValue;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, ScriptInvocation};
 
 use super::pubsub::{Subscriber, Subscription};
+use super::script::{Invocation, no_script};
 use crate::error::{Error, Result};
 use crate::key::{KeySpace, Name};
 
@@ -99,6 +100,9 @@ pub struct RedisBackend<C = ConnectionManager> {
     keyspace: KeySpace,
     timeout: Duration,
     subscriber: Option<Subscriber>,
+    /// Whether wake-ups go out on sharded channels (`SPUBLISH`): a
+    /// cluster of Redis 7 or later.
+    sharded_pubsub: bool,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -208,6 +212,7 @@ where
             keyspace: config.keyspace,
             timeout: config.response_timeout,
             subscriber: None,
+            sharded_pubsub: false,
         }
     }
 
@@ -238,6 +243,11 @@ where
         self.timeout
     }
 
+    /// Whether wake-ups go out on sharded channels.
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        self.sharded_pubsub
+    }
+
     /// Checks that the server is one this crate supports ([`connect`](RedisBackend::connect)
     /// does this at once; call it after [`from_connection`](Self::from_connection)).
     /// A server that does not say its version (`INFO` refused to an ACL
@@ -250,14 +260,21 @@ where
         check_server_on(&mut self.conn.clone(), self.timeout).await
     }
 
-    /// Runs a script invocation (EVALSHA, loading the script on `NOSCRIPT`)
-    /// on the shared connection, bounded by the response timeout.
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        invocation: ScriptInvocation<'_>,
-    ) -> Result<T> {
+    /// Runs a script call on the shared connection, bounded by the
+    /// response timeout: `EVALSHA`, then on `NOSCRIPT` the same call as
+    /// `EVAL` with the script's text (see [`LuaScript`](super::script::LuaScript)).
+    pub(crate) async fn invoke<T: FromRedisValue>(&self, call: Invocation<'_>) -> Result<T> {
         let mut conn = self.conn.clone();
-        self.bounded(invocation.invoke_async(&mut conn)).await
+        let sharded = self.sharded_pubsub;
+        self.bounded(async move {
+            match call.cmd(sharded, false).query_async(&mut conn).await {
+                Err(error) if no_script(&error) => {
+                    call.cmd(sharded, true).query_async(&mut conn).await
+                }
+                answer => answer,
+            }
+        })
+        .await
     }
 
     /// Awaits a call on the connection, bounded by the response timeout.

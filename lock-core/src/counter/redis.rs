@@ -5,28 +5,28 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Script, ScriptInvocation};
 
 use super::{CounterBackend, Purchase, Reservation, Settle};
 use crate::backend::RedisBackend;
+use crate::backend::script::{Invocation, LuaScript};
 use crate::error::{Error, Result};
 use crate::key::Name;
 
 macro_rules! stock_script {
     ($file:literal) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("stock.lua"), include_str!($file))))
+        LazyLock::new(|| LuaScript::new(&[include_str!("stock.lua"), include_str!($file)]))
     };
 }
 
-static GET: LazyLock<Script> = stock_script!("get.lua");
-static SET: LazyLock<Script> = stock_script!("set.lua");
-static CREATE: LazyLock<Script> = stock_script!("create.lua");
-static RESTOCK: LazyLock<Script> = stock_script!("restock.lua");
-static DECREMENT: LazyLock<Script> = stock_script!("decrement.lua");
-static RESERVE: LazyLock<Script> = stock_script!("reserve.lua");
-static CONFIRM: LazyLock<Script> = stock_script!("confirm.lua");
-static CANCEL: LazyLock<Script> = stock_script!("cancel.lua");
-static DELETE: LazyLock<Script> = stock_script!("delete.lua");
+static GET: LazyLock<LuaScript> = stock_script!("get.lua");
+static SET: LazyLock<LuaScript> = stock_script!("set.lua");
+static CREATE: LazyLock<LuaScript> = stock_script!("create.lua");
+static RESTOCK: LazyLock<LuaScript> = stock_script!("restock.lua");
+static DECREMENT: LazyLock<LuaScript> = stock_script!("decrement.lua");
+static RESERVE: LazyLock<LuaScript> = stock_script!("reserve.lua");
+static CONFIRM: LazyLock<LuaScript> = stock_script!("confirm.lua");
+static CANCEL: LazyLock<LuaScript> = stock_script!("cancel.lua");
+static DELETE: LazyLock<LuaScript> = stock_script!("delete.lua");
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -44,8 +44,8 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// Starts an invocation with the item's stock, holds and held keys.
-    fn stock_invocation<'a>(&self, script: &'a Script, item: &Name) -> ScriptInvocation<'a> {
-        let mut invocation = script.prepare_invoke();
+    fn stock_invocation<'a>(&self, script: &'a LuaScript, item: &Name) -> Invocation<'a> {
+        let mut invocation = script.call();
         invocation
             .key(self.key(item, "stock"))
             .key(self.key(item, "holds"))

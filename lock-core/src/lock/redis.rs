@@ -4,38 +4,33 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use rand::Rng;
-use redis::Script;
 use redis::aio::ConnectionLike;
 
 use super::{
     AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Handoff, Kind, LockBackend, ReleaseWaiter,
 };
+use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::backend::{RedisBackend, Subscription};
 use crate::error::{Error, Result};
 use crate::key::Name;
 
-macro_rules! script {
-    ($($file:literal),+) => {
-        LazyLock::new(|| Script::new(concat!($(include_str!($file)),+)))
-    };
-}
-
-static ACQUIRE: LazyLock<Script> = script!("fence.lua", "acquire.lua");
-/// The release script's text, also sent whole by [`RedisBackend::release_plain_whole`].
-const RELEASE_SOURCE: &str = include_str!("release.lua");
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
-static EXTEND: LazyLock<Script> = script!("extend.lua");
-static FORCE_RELEASE: LazyLock<Script> = script!("force_release.lua");
-static REENTRANT_ACQUIRE: LazyLock<Script> = script!("fence.lua", "reentrant_acquire.lua");
-static REENTRANT_RELEASE: LazyLock<Script> = script!("reentrant_release.lua");
-static REENTRANT_EXTEND: LazyLock<Script> = script!("reentrant_extend.lua");
-static FAIR_ACQUIRE: LazyLock<Script> = script!("fence.lua", "fair_prune.lua", "fair_acquire.lua");
-static FAIR_RELEASE: LazyLock<Script> = script!("fence.lua", "fair_prune.lua", "fair_release.lua");
-static FAIR_FORCE_RELEASE: LazyLock<Script> =
-    script!("fence.lua", "fair_prune.lua", "fair_force_release.lua");
-static SEMAPHORE_ACQUIRE: LazyLock<Script> = script!("fence.lua", "semaphore_acquire.lua");
-static SEMAPHORE_RELEASE: LazyLock<Script> = script!("fence.lua", "semaphore_release.lua");
-static SEMAPHORE_EXTEND: LazyLock<Script> = script!("fence.lua", "semaphore_extend.lua");
+static ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "acquire.lua");
+/// Also sent whole by [`RedisBackend::release_plain_whole`].
+static RELEASE: LazyLock<LuaScript> = lua_script!("release.lua");
+static EXTEND: LazyLock<LuaScript> = lua_script!("extend.lua");
+static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!("force_release.lua");
+static REENTRANT_ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "reentrant_acquire.lua");
+static REENTRANT_RELEASE: LazyLock<LuaScript> = lua_script!("reentrant_release.lua");
+static REENTRANT_EXTEND: LazyLock<LuaScript> = lua_script!("reentrant_extend.lua");
+static FAIR_ACQUIRE: LazyLock<LuaScript> =
+    lua_script!("fence.lua", "fair_prune.lua", "fair_acquire.lua");
+static FAIR_RELEASE: LazyLock<LuaScript> =
+    lua_script!("fence.lua", "fair_prune.lua", "fair_release.lua");
+static FAIR_FORCE_RELEASE: LazyLock<LuaScript> =
+    lua_script!("fence.lua", "fair_prune.lua", "fair_force_release.lua");
+static SEMAPHORE_ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_acquire.lua");
+static SEMAPHORE_RELEASE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_release.lua");
+static SEMAPHORE_EXTEND: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_extend.lua");
 
 /// How long the fencing counter outlives its last grant.
 const FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -84,8 +79,8 @@ where
         }
     }
 
-    fn fair_invocation<'a>(&self, script: &'a Script, name: &Name) -> redis::ScriptInvocation<'a> {
-        let mut invocation = script.prepare_invoke();
+    fn fair_invocation<'a>(&self, script: &'a LuaScript, name: &Name) -> Invocation<'a> {
+        let mut invocation = script.call();
         invocation
             .key(self.key(name, "flock"))
             .key(self.key(name, "flock:queue"))
@@ -157,14 +152,14 @@ where
         wake: bool,
     ) -> Result<bool> {
         let keys = self.lock_keys(Kind::Plain, name);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(RELEASE_SOURCE)
-            .arg(1)
-            .arg(keys.lock)
+        let mut call = RELEASE.call();
+        call.key(keys.lock)
             .arg(token)
             .arg(if wake { keys.channel } else { String::new() });
         let mut conn = self.connection();
-        let released: i64 = self.bounded(eval.query_async(&mut conn)).await?;
+        let released: i64 = self
+            .bounded(call.cmd(self.sharded_pubsub(), true).query_async(&mut conn))
+            .await?;
         Ok(released == 1)
     }
 }
@@ -186,7 +181,7 @@ where
                 } else {
                     &*REENTRANT_ACQUIRE
                 };
-                let mut invocation = script.prepare_invoke();
+                let mut invocation = script.call();
                 invocation
                     .key(self.lock_keys(request.kind, name).lock)
                     .key(self.key(name, "fence"))
@@ -212,7 +207,7 @@ where
                 self.invoke(invocation).await?
             }
             Kind::Semaphore { permits } => {
-                let mut invocation = SEMAPHORE_ACQUIRE.prepare_invoke();
+                let mut invocation = SEMAPHORE_ACQUIRE.call();
                 invocation
                     .key(self.lock_keys(request.kind, name).lock)
                     .arg(request.token)
@@ -265,7 +260,7 @@ where
                     Kind::Semaphore { .. } => &*SEMAPHORE_RELEASE,
                     _ => &*RELEASE,
                 };
-                let mut invocation = script.prepare_invoke();
+                let mut invocation = script.call();
                 invocation.key(keys.lock).arg(token).arg(keys.channel);
                 self.invoke(invocation).await?
             }
@@ -279,7 +274,7 @@ where
             Kind::Semaphore { .. } => &*SEMAPHORE_EXTEND,
             Kind::Plain | Kind::Fair => &*EXTEND,
         };
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = script.call();
         invocation
             .key(self.lock_keys(kind, name).lock)
             .arg(token)
@@ -298,7 +293,7 @@ where
             self.invoke(invocation).await?
         } else {
             let keys = self.lock_keys(kind, name);
-            let mut invocation = FORCE_RELEASE.prepare_invoke();
+            let mut invocation = FORCE_RELEASE.call();
             invocation.key(keys.lock).arg(keys.channel);
             self.invoke(invocation).await?
         };

@@ -3,18 +3,18 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
 use redis::aio::ConnectionLike;
 
 use super::{Algorithm, Decision, RateBackend, RateRequest, decision};
 use crate::backend::RedisBackend;
+use crate::backend::script::LuaScript;
 use crate::error::{Error, Result};
 
-static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
-static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+static FIXED_WINDOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(&[include_str!("fixed_window.lua")]));
+static SLIDING_WINDOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(&[include_str!("sliding_window.lua")]));
+static GCRA: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(&[include_str!("gcra.lua")]));
 
 impl<C> RateBackend for RedisBackend<C>
 where
@@ -27,7 +27,7 @@ where
             Algorithm::SlidingWindow => &*SLIDING_WINDOW,
             Algorithm::Gcra => &*GCRA,
         };
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = script.call();
         invocation.arg(request.cost);
         request.caller.write(|caller| {
             let scope = request.scope.as_str();

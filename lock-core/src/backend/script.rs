@@ -1,0 +1,151 @@
+//! Lua scripts as every primitive's Redis module sends them: `EVALSHA`,
+//! and on `NOSCRIPT` (a new, restarted or failed-over server) the same
+//! call as `EVAL` with the script's text. Either way it is one command with
+//! the script's keys, so on a cluster it goes to the one node that owns
+//! them, and never waits on every node (as loading a script into the whole
+//! cluster would).
+//!
+//! A script that publishes wake-ups has two forms: with `PUBLISH`, and with
+//! `SPUBLISH` for a cluster of Redis 7 or later, whose waiters listen on
+//! sharded channels (every channel of a lock shares its keys' hash tag, so
+//! it lives on the same node).
+
+use redis::{Cmd, ToRedisArgs};
+
+/// A `static` [`LuaScript`] of the `.lua` files given, in order (paths as
+/// for `include_str!`, from the file that names them).
+macro_rules! lua_script {
+    ($($file:literal),+ $(,)?) => {
+        std::sync::LazyLock::new(|| {
+            $crate::backend::script::LuaScript::new(&[$(include_str!($file)),+])
+        })
+    };
+}
+pub(crate) use lua_script;
+
+/// A script's text and its SHA-1.
+#[derive(Debug)]
+struct Source {
+    text: String,
+    hash: String,
+}
+
+impl Source {
+    fn new(text: String) -> Self {
+        let hash = redis::Script::new(&text).get_hash().to_owned();
+        Source { text, hash }
+    }
+}
+
+/// A Lua script, made of the parts given (preludes, then the body).
+#[derive(Debug)]
+pub(crate) struct LuaScript {
+    plain: Source,
+    /// The form with sharded publishes, when the script publishes.
+    sharded: Option<Source>,
+}
+
+impl LuaScript {
+    /// The script of `parts`, joined.
+    pub(crate) fn new(parts: &[&str]) -> Self {
+        let text = parts.concat();
+        let sharded = text
+            .contains("'PUBLISH'")
+            .then(|| Source::new(text.replace("'PUBLISH'", "'SPUBLISH'")));
+        LuaScript {
+            plain: Source::new(text),
+            sharded,
+        }
+    }
+
+    /// A call of the script, to fill with keys and arguments.
+    pub(crate) fn call(&self) -> Invocation<'_> {
+        Invocation {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// The source sent when waiters listen on sharded channels or not.
+    fn source(&self, sharded: bool) -> &Source {
+        match (&self.sharded, sharded) {
+            (Some(sharded), true) => sharded,
+            _ => &self.plain,
+        }
+    }
+
+    /// The script's text, for tests.
+    #[cfg(test)]
+    pub(crate) fn text(&self) -> &str {
+        &self.plain.text
+    }
+}
+
+/// One call of a [`LuaScript`]: its keys and arguments.
+#[derive(Debug)]
+pub(crate) struct Invocation<'a> {
+    script: &'a LuaScript,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    /// Adds a key (every key a script touches goes through `KEYS`).
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    /// Adds an argument.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// `EVALSHA` (or, with `whole`, `EVAL` with the text) of this call.
+    pub(crate) fn cmd(&self, sharded: bool, whole: bool) -> Cmd {
+        let source = self.script.source(sharded);
+        let mut cmd = if whole {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(&source.text);
+            cmd
+        } else {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&source.hash);
+            cmd
+        };
+        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        cmd
+    }
+}
+
+/// Whether `error` says the server does not have the script.
+pub(crate) fn no_script(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOSCRIPT")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_that_publishes_has_a_sharded_form() {
+        let script = LuaScript::new(&["local x = 1\n", "redis.call('PUBLISH', KEYS[1], 'm')"]);
+        assert!(
+            script
+                .text()
+                .starts_with("local x = 1\nredis.call('PUBLISH'")
+        );
+        let mut call = script.call();
+        call.key("k").arg(7);
+        let plain = call.cmd(false, true);
+        let sharded = call.cmd(true, true);
+        let text = |cmd: &Cmd| String::from_utf8_lossy(&cmd.get_packed_command()).into_owned();
+        assert!(text(&plain).contains("'PUBLISH'"));
+        assert!(text(&sharded).contains("'SPUBLISH'"));
+        assert!(text(&call.cmd(true, false)).contains(&script.source(true).hash));
+        let quiet = LuaScript::new(&["return 1"]);
+        assert!(quiet.sharded.is_none());
+    }
+}
