@@ -359,12 +359,24 @@ pub async fn bad_input_is_rejected<B: CounterBackend>(backend: B) {
 #[macro_export]
 macro_rules! counter_suite {
     ($setup:expr) => {
-        $crate::counter_suite!(@cases $setup;
+        $crate::counter_suite!(@with @cases $setup);
+    };
+    (sequentially $backend:expr) => {
+        $crate::counter_suite!(@with @seq $backend);
+    };
+    (@with @$arm:ident $arg:expr) => {
+        $crate::counter_suite!(@$arm $arg;
             set_get_restock_delete, decrement_never_oversells,
             concurrent_buyers_sell_exactly_the_stock, idempotent_decrements,
             operation_ids_are_forgotten, reservations, expired_reservation_returns_stock,
             many_expired_holds_all_come_back, totals_past_the_maximum_are_refused,
             create_keeps_an_existing_item, bad_input_is_rejected);
+    };
+    (@seq $backend:expr; $($case:ident),* $(,)?) => {
+        $(
+            eprintln!("counter_suite: {}", stringify!($case));
+            $crate::counter_suite::$case(($backend)(stringify!($case)).await).await;
+        )*
     };
     (@cases $setup:expr; $($case:ident),* $(,)?) => {
         $(

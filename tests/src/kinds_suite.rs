@@ -378,12 +378,24 @@ async fn reentry_keeps_the_fencing_token<B: LockBackend>(backend: B) {
 #[macro_export]
 macro_rules! kinds_suite {
     ($setup:expr) => {
-        $crate::kinds_suite!(@cases $setup;
+        $crate::kinds_suite!(@with @cases $setup);
+    };
+    (sequentially $backend:expr) => {
+        $crate::kinds_suite!(@with @seq $backend);
+    };
+    (@with @$arm:ident $arg:expr) => {
+        $crate::kinds_suite!(@$arm $arg;
             reentrant_reenters, reentrant_mutual_exclusion,
             reentrant_cancellation_keeps_the_count, fair_lock_is_fifo,
             fair_lock_skips_waiters_that_left, fair_mutual_exclusion,
             semaphore_bounds_holders, semaphore_permits_expire,
             fencing_refuses_stale_holders);
+    };
+    (@seq $backend:expr; $($case:ident),* $(,)?) => {
+        $(
+            eprintln!("kinds_suite: {}", stringify!($case));
+            $crate::kinds_suite::$case(($backend)(stringify!($case)).await).await;
+        )*
     };
     (@cases $setup:expr; $($case:ident),* $(,)?) => {
         $(

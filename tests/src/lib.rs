@@ -15,15 +15,18 @@
 //! ```
 
 pub mod bench;
+pub mod cluster;
 pub mod counter_suite;
 pub mod http;
 pub mod kinds_suite;
 pub mod latency;
 pub mod lock_suite;
 pub mod rate_suite;
+pub mod sentinel;
 mod server;
+pub mod tls;
 
-pub use server::{RedisServer, SERVER_BIN_ENV, ServerOptions, server_binary};
+pub use server::{RedisServer, SERVER_BIN_ENV, ServerOptions, TlsFiles, server_binary};
 
 use std::time::{Duration, Instant};
 

@@ -339,13 +339,25 @@ pub async fn bad_input_is_rejected<B: LockBackend>(backend: B) {
 #[macro_export]
 macro_rules! lock_suite {
     ($setup:expr) => {
-        $crate::lock_suite!(@cases $setup;
+        $crate::lock_suite!(@with @cases $setup);
+    };
+    (sequentially $backend:expr) => {
+        $crate::lock_suite!(@with @seq $backend);
+    };
+    (@with @$arm:ident $arg:expr) => {
+        $crate::lock_suite!(@$arm $arg;
             mutual_exclusion, busy_is_a_value, names_are_independent,
             release_wakes_waiter, expiry_frees_waiters, expired_holder_is_told,
             non_owner_cannot_release, fixed_lease_runs_out, extend_prolongs,
             watchdog_renews, watchdog_reports_removed_lock, drop_releases,
             cancelled_acquires_leave_it_free, fencing_tokens_increase,
             bad_input_is_rejected);
+    };
+    (@seq $backend:expr; $($case:ident),* $(,)?) => {
+        $(
+            eprintln!("lock_suite: {}", stringify!($case));
+            $crate::lock_suite::$case(($backend)(stringify!($case)).await).await;
+        )*
     };
     (@cases $setup:expr; $($case:ident),* $(,)?) => {
         $(

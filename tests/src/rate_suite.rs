@@ -296,11 +296,17 @@ pub async fn gcra_replenishes_gradually<B: RateBackend>(backend: B) {
 #[macro_export]
 macro_rules! rate_suite {
     ($setup:expr) => {
-        $crate::rate_suite!(@each $setup;
+        $crate::rate_suite!(@with @each @one $setup);
+    };
+    (sequentially $backend:expr) => {
+        $crate::rate_suite!(@with @seq_each @seq_one $backend);
+    };
+    (@with @$each:ident @$one:ident $arg:expr) => {
+        $crate::rate_suite!(@$each $arg;
             burst_then_refused, retry_after_is_enough, cost_zero_and_cost_bounds,
             several_quotas_all_or_nothing, one_quota_decides_as_among_several,
             keys_are_independent, scopes_are_independent, bad_input_is_rejected);
-        $crate::rate_suite!(@one $setup;
+        $crate::rate_suite!(@$one $arg;
             fixed_window_resets, sliding_window_weighs_previous, gcra_replenishes_gradually);
     };
     (@each $setup:expr; $($case:ident),*) => {
@@ -321,6 +327,21 @@ macro_rules! rate_suite {
                 let (_keep_alive, backend) = $setup.await;
                 $crate::rate_suite::$case(backend).await;
             }
+        )*
+    };
+    (@seq_each $backend:expr; $($case:ident),*) => {
+        $(
+            for algorithm in $crate::rate_suite::ALGORITHMS {
+                eprintln!("rate_suite: {} {algorithm:?}", stringify!($case));
+                let name = format!("{}-{algorithm:?}", stringify!($case));
+                $crate::rate_suite::$case(($backend)(&name).await, algorithm).await;
+            }
+        )*
+    };
+    (@seq_one $backend:expr; $($case:ident),*) => {
+        $(
+            eprintln!("rate_suite: {}", stringify!($case));
+            $crate::rate_suite::$case(($backend)(stringify!($case)).await).await;
         )*
     };
 }

@@ -39,6 +39,21 @@ pub fn server_binary() -> PathBuf {
 pub struct ServerOptions {
     persistence: bool,
     extra_args: Vec<String>,
+    config: Option<String>,
+    sentinel: bool,
+    cluster: bool,
+    tls: Option<TlsFiles>,
+}
+
+/// The files a TLS port needs, and the user clients log in as.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The server's certificate (PEM).
+    pub cert: PathBuf,
+    /// Its key (PEM).
+    pub key: PathBuf,
+    /// The CA that signed it (PEM).
+    pub ca: PathBuf,
 }
 
 impl ServerOptions {
@@ -58,6 +73,33 @@ impl ServerOptions {
         self.extra_args.push(arg.into());
         self
     }
+
+    /// Starts with this configuration file's text (written to the
+    /// server's directory; command-line arguments still come after it).
+    pub fn config(mut self, text: impl Into<String>) -> Self {
+        self.config = Some(text.into());
+        self
+    }
+
+    /// Runs as a Sentinel (`--sentinel`; give it a [`config`](Self::config)
+    /// with the masters it monitors).
+    pub fn sentinel(mut self) -> Self {
+        self.sentinel = true;
+        self
+    }
+
+    /// A Redis Cluster node (`--cluster-enabled yes`, on a port whose
+    /// cluster bus port, 10,000 above it, is free too).
+    pub fn cluster_node(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    /// Also listens for TLS on [`RedisServer::tls_port`], with `files`.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
 }
 
 /// A `redis-server` on a free loopback port in a temporary directory. Killed
@@ -66,6 +108,7 @@ impl ServerOptions {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
     options: ServerOptions,
     binary: PathBuf,
@@ -95,9 +138,15 @@ impl RedisServer {
         let mut last_error = String::new();
         // A free port can be taken between probing and binding; try a few.
         for _ in 0..5 {
+            let port = if options.cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
             let mut server = RedisServer {
                 child: None,
-                port: free_port(),
+                port,
+                tls_port: options.tls.as_ref().map(|_| free_port()),
                 dir: tempfile::Builder::new()
                     .prefix("lock-redis-")
                     .tempdir()
@@ -118,6 +167,39 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new(&self.binary);
+        if let Some(config) = &self.options.config {
+            let path = self.dir.path().join("server.conf");
+            // Sentinel rewrites its file: write it only the first time.
+            if !path.exists() {
+                std::fs::write(&path, config)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            }
+            cmd.arg(&path);
+        }
+        if self.options.sentinel {
+            cmd.arg("--sentinel");
+        }
+        if self.options.cluster {
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+            ]);
+        }
+        if let (Some(files), Some(tls_port)) = (&self.options.tls, self.tls_port) {
+            cmd.arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&files.cert)
+                .arg("--tls-key-file")
+                .arg(&files.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&files.ca)
+                .args(["--tls-auth-clients", "no"]);
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--bind")
@@ -127,7 +209,9 @@ impl RedisServer {
             .arg("--logfile")
             .arg("redis.log")
             .args(["--daemonize", "no", "--protected-mode", "no", "--save", ""]);
-        if self.options.persistence {
+        if self.options.sentinel {
+            // A Sentinel has no data of its own.
+        } else if self.options.persistence {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
             cmd.args(["--appendonly", "no"]);
@@ -169,6 +253,11 @@ impl RedisServer {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port, when started with [`ServerOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The server's working directory.
@@ -264,6 +353,20 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A free port whose cluster bus port (10,000 above) is free too.
+fn free_cluster_port() -> u16 {
+    for _ in 0..100 {
+        let port = free_port();
+        let bus = u32::from(port) + 10_000;
+        if let Ok(bus) = u16::try_from(bus)
+            && TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, bus))).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port with a free cluster bus port");
 }
 
 fn free_port() -> u16 {

@@ -1,0 +1,314 @@
+//! A real Redis Cluster for tests: three masters with one replica each,
+//! made with `redis-cli --cluster create`, and the faults a deployment
+//! meets: a node killed, paused or restarted, a replica cut off from its
+//! master, and failovers graceful and forced.
+//!
+//! ```no_run
+//! use lock_tests::cluster::RedisCluster;
+//!
+//! let cluster = RedisCluster::start(); // panics, with a hint, if it cannot
+//! let urls = cluster.urls();
+//! let master = cluster.master_of("lock:{order:1}:lock");
+//! let replica = cluster.replica_of(master);
+//! cluster.failover(replica, lock_tests::cluster::Failover::Graceful);
+//! ```
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{RedisServer, ServerOptions, server_binary};
+
+/// A three-master, three-replica cluster on loopback. Killed when dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+/// How a replica takes over from its master ([`RedisCluster::failover`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failover {
+    /// `CLUSTER FAILOVER`: the master stops taking writes, the replica
+    /// catches up, then they swap. Nothing is lost.
+    Graceful,
+    /// `CLUSTER FAILOVER TAKEOVER`: the replica promotes itself without
+    /// its master or the other masters (the master may be dead).
+    Takeover,
+}
+
+/// `redis-cli`: beside `redis-server`, or on `PATH`.
+///
+/// # Panics
+/// When there is none, with a hint.
+pub fn cli_binary() -> PathBuf {
+    let beside = server_binary().with_file_name("redis-cli");
+    if beside.is_file() {
+        return beside;
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("redis-cli"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "redis-cli was not found; install it (Debian/Ubuntu: `apt-get install redis-tools`) \
+                 or run `scripts/test`, which does"
+            )
+        })
+}
+
+/// Polls `check` every 50 ms until it holds or `within` passes.
+fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl RedisCluster {
+    /// Starts six nodes, makes them a cluster, and waits until every node
+    /// says `cluster_state:ok` and every master has its replica in sync.
+    ///
+    /// # Panics
+    /// When the nodes cannot be started or the cluster does not form.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| RedisServer::start_with(ServerOptions::new().cluster_node()))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new(cli_binary())
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every running node says `cluster_state:ok`, agrees on
+    /// three masters, and each master has a replica linked to it.
+    ///
+    /// # Panics
+    /// After 30 s.
+    pub fn wait_ok(&self) {
+        wait_until(
+            Duration::from_secs(30),
+            "cluster_state:ok everywhere",
+            || {
+                self.all_ok()
+                    && self.masters().len() == 3
+                    && self
+                        .masters()
+                        .iter()
+                        .all(|&m| self.replica_of_opt(m).is_some())
+            },
+        );
+        // Every replica caught up with its master's link.
+        wait_until(Duration::from_secs(30), "replicas linked", || {
+            self.running()
+                .filter(|&i| self.role(i).as_deref() == Some("slave"))
+                .all(|i| {
+                    info(&self.nodes[i], "replication", "master_link_status").as_deref()
+                        == Some("up")
+                })
+        });
+    }
+
+    /// Whether every running node says `cluster_state:ok`.
+    fn all_ok(&self) -> bool {
+        self.running().all(|i| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut self.nodes[i].connection())
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        })
+    }
+
+    fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes.len()).filter(|&i| self.nodes[i].is_running() && self.answers(i))
+    }
+
+    fn answers(&self, i: usize) -> bool {
+        self.nodes[i]
+            .client()
+            .get_connection_with_timeout(Duration::from_millis(300))
+            .and_then(|mut c| {
+                c.set_read_timeout(Some(Duration::from_millis(300)))?;
+                redis::cmd("PING").query::<String>(&mut c)
+            })
+            .is_ok()
+    }
+
+    /// The nodes (three masters and three replicas, in no set order).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// Node `i`, to kill, pause or restart.
+    pub fn node(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// Every node's URL: a client needs any one of them.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `master` or `slave`, as node `i` says.
+    pub fn role(&self, i: usize) -> Option<String> {
+        info(&self.nodes[i], "replication", "role")
+    }
+
+    /// The nodes that are masters now.
+    pub fn masters(&self) -> Vec<usize> {
+        self.running()
+            .filter(|&i| self.role(i).as_deref() == Some("master") && self.owns_slots(i))
+            .collect()
+    }
+
+    /// Node `i`'s own line of `CLUSTER NODES`, split into fields.
+    fn own_line(&self, i: usize) -> Vec<String> {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.nodes[i].connection())
+            .unwrap_or_default();
+        nodes
+            .lines()
+            .find(|line| line.contains("myself"))
+            .map(|line| line.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether node `i` masters any slot.
+    fn owns_slots(&self, i: usize) -> bool {
+        let line = self.own_line(i);
+        line.get(2).is_some_and(|flags| flags.contains("master")) && line.len() > 8
+    }
+
+    /// Node `i`'s cluster id.
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].connection())
+            .unwrap_or_else(|e| panic!("CLUSTER MYID: {e}"))
+    }
+
+    /// The node that masters the slot of `key` now.
+    pub fn master_of(&self, key: &str) -> usize {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[self.running().next().expect("a running node")].connection())
+            .expect("CLUSTER KEYSLOT");
+        self.masters()
+            .into_iter()
+            .find(|&m| self.owns_slot(m, slot))
+            .unwrap_or_else(|| panic!("no master owns slot {slot}"))
+    }
+
+    fn owns_slot(&self, i: usize, slot: u16) -> bool {
+        self.own_line(i).iter().skip(8).any(|range| {
+            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+            match (lo.parse::<u16>(), hi.parse::<u16>()) {
+                (Ok(lo), Ok(hi)) => (lo..=hi).contains(&slot),
+                _ => false,
+            }
+        })
+    }
+
+    fn replica_of_opt(&self, master: usize) -> Option<usize> {
+        let id = self.node_id(master);
+        self.running().find(|&i| {
+            let line = self.own_line(i);
+            i != master
+                && line.get(2).is_some_and(|flags| flags.contains("slave"))
+                && line.get(3) == Some(&id)
+        })
+    }
+
+    /// The replica of `master`.
+    ///
+    /// # Panics
+    /// When it has none running.
+    pub fn replica_of(&self, master: usize) -> usize {
+        self.replica_of_opt(master)
+            .unwrap_or_else(|| panic!("node {master} has no replica"))
+    }
+
+    /// Makes `replica` take over from its master, and waits until the
+    /// cluster agrees (the old master, if it runs, becomes its replica).
+    ///
+    /// # Panics
+    /// When the failover does not complete within 30 s.
+    pub fn failover(&self, replica: usize, how: Failover) {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("FAILOVER");
+        if how == Failover::Takeover {
+            cmd.arg("TAKEOVER");
+        }
+        let () = cmd
+            .query(&mut self.nodes[replica].connection())
+            .unwrap_or_else(|e| panic!("CLUSTER FAILOVER: {e}"));
+        wait_until(
+            Duration::from_secs(30),
+            "the replica became a master",
+            || self.role(replica).as_deref() == Some("master") && self.owns_slots(replica),
+        );
+        wait_until(
+            Duration::from_secs(30),
+            "cluster_state:ok after the failover",
+            || self.all_ok(),
+        );
+    }
+
+    /// Cuts `replica` off from its master: the replica is stopped
+    /// (SIGSTOP), and its master closes their link, so that writes on the
+    /// master no longer reach it (not even from a socket buffer) until
+    /// [`reconnect_replica`](Self::reconnect_replica).
+    pub fn cut_replica(&self, replica: usize) {
+        let master_id = self.own_line(replica).get(3).cloned().unwrap_or_default();
+        let master = self
+            .running()
+            .find(|&i| i != replica && self.node_id(i) == master_id)
+            .unwrap_or_else(|| panic!("node {replica} has no running master"));
+        self.nodes[replica].pause();
+        let _killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query(&mut self.nodes[master].connection())
+            .unwrap_or_else(|e| panic!("CLIENT KILL TYPE replica: {e}"));
+    }
+
+    /// Undoes [`cut_replica`](Self::cut_replica).
+    pub fn reconnect_replica(&self, replica: usize) {
+        self.nodes[replica].resume();
+    }
+}
+
+/// The value of `field` in `INFO section` of `server`, if it answers.
+pub fn info(server: &RedisServer, section: &str, field: &str) -> Option<String> {
+    let mut conn = server
+        .client()
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let text: String = redis::cmd("INFO").arg(section).query(&mut conn).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_owned())
+}

@@ -1,0 +1,129 @@
+//! A real Sentinel set for tests: a master, its replica, and a Sentinel
+//! that watches them, and the failover a deployment meets.
+//!
+//! ```no_run
+//! use lock_tests::sentinel::SentinelSet;
+//!
+//! let set = SentinelSet::start();
+//! let sentinels = set.sentinel_urls();
+//! let old = set.master_port();
+//! set.failover(); // SENTINEL FAILOVER, then waits for the switch
+//! assert_ne!(set.master_port(), old);
+//! ```
+
+use std::time::{Duration, Instant};
+
+use crate::cluster::info;
+use crate::{RedisServer, ServerOptions};
+
+/// The name the Sentinel knows the master by.
+pub const MASTER_NAME: &str = "locks";
+
+/// A master, its replica and one Sentinel on loopback. Killed when dropped.
+#[derive(Debug)]
+pub struct SentinelSet {
+    servers: [RedisServer; 2],
+    sentinel: RedisServer,
+}
+
+fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl SentinelSet {
+    /// Starts the master, its replica and the Sentinel, and waits until the
+    /// replica is in sync and the Sentinel knows it.
+    ///
+    /// # Panics
+    /// When a process cannot be started or the set does not come up.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with(
+            ServerOptions::new()
+                .arg("--replicaof")
+                .arg("127.0.0.1")
+                .arg(master.port().to_string()),
+        );
+        let config = format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {} 1\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 5000\n\
+             sentinel parallel-syncs {MASTER_NAME} 1\n",
+            master.port()
+        );
+        let sentinel = RedisServer::start_with(ServerOptions::new().config(config).sentinel());
+        let set = SentinelSet {
+            servers: [master, replica],
+            sentinel,
+        };
+        wait_until(Duration::from_secs(30), "the replica in sync", || {
+            info(&set.servers[1], "replication", "master_link_status").as_deref() == Some("up")
+        });
+        wait_until(
+            Duration::from_secs(30),
+            "the Sentinel knows the replica",
+            || {
+                redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg(MASTER_NAME)
+                    .query::<Vec<redis::Value>>(&mut set.sentinel.connection())
+                    .is_ok_and(|replicas| !replicas.is_empty())
+            },
+        );
+        set
+    }
+
+    /// The Sentinel's URL (clients resolve the master through it).
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        vec![self.sentinel.url()]
+    }
+
+    /// The port of the master, as the Sentinel says now.
+    pub fn master_port(&self) -> u16 {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(MASTER_NAME)
+            .query(&mut self.sentinel.connection())
+            .unwrap_or_else(|e| panic!("SENTINEL GET-MASTER-ADDR-BY-NAME: {e}"));
+        port
+    }
+
+    /// The data server on `port` (the master or the replica).
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no server on port {port}"))
+    }
+
+    /// The master, as the Sentinel says now.
+    pub fn master(&self) -> &RedisServer {
+        self.server(self.master_port())
+    }
+
+    /// `SENTINEL FAILOVER`: the replica becomes the master; waits until the
+    /// Sentinel says so and the new master takes writes.
+    ///
+    /// # Panics
+    /// When the switch does not come within 30 s.
+    pub fn failover(&self) {
+        let old = self.master_port();
+        let () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER_NAME)
+            .query(&mut self.sentinel.connection())
+            .unwrap_or_else(|e| panic!("SENTINEL FAILOVER: {e}"));
+        wait_until(
+            Duration::from_secs(30),
+            "the Sentinel switched masters",
+            || {
+                self.master_port() != old
+                    && info(self.master(), "replication", "role").as_deref() == Some("master")
+            },
+        );
+    }
+}
