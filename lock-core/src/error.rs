@@ -34,7 +34,7 @@ pub enum Error {
     Timeout(Duration),
     /// Redis returned an error or the connection failed.
     #[error("redis error: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[source] redis::RedisError),
     /// Too few of a Redlock's servers answered to make a majority.
     #[error("only {answered} servers answered; a majority needs {needed}")]
     NoQuorum {
@@ -46,6 +46,22 @@ pub enum Error {
     /// Redis answered with something a script of ours never returns.
     #[error("unexpected reply from backend: {0}")]
     UnexpectedReply(String),
+    /// A write was made on the master, but fewer replicas than asked for
+    /// confirmed it in time (see
+    /// [`RedisBackend::sync_replicas`](crate::backend::RedisBackend::sync_replicas)).
+    /// A lock or permit taken this way has been released again; a stock
+    /// change stays made (retry it with the same operation or order id).
+    #[error("only {acknowledged} of {needed} replicas confirmed the write in time")]
+    NotReplicated {
+        /// Replicas that confirmed it.
+        acknowledged: u32,
+        /// Replicas asked for.
+        needed: u32,
+    },
+    /// The server refused a write because too few replicas are connected
+    /// (its `min-replicas-to-write` setting): nothing was written.
+    #[error("the server has too few replicas to take writes (NOREPLICAS)")]
+    NoReplicas,
     /// The Redis server is older than this crate supports.
     #[error("Redis {version} is not supported: {minimum} or later is needed")]
     UnsupportedServer {
@@ -54,6 +70,15 @@ pub enum Error {
         /// The oldest version supported.
         minimum: &'static str,
     },
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(error: redis::RedisError) -> Self {
+        match error.code() {
+            Some("NOREPLICAS") => Error::NoReplicas,
+            _ => Error::Redis(error),
+        }
+    }
 }
 
 impl Error {
@@ -67,6 +92,8 @@ impl Error {
                 | Error::Redis(_)
                 | Error::UnexpectedReply(_)
                 | Error::NoQuorum { .. }
+                | Error::NotReplicated { .. }
+                | Error::NoReplicas
         )
     }
 

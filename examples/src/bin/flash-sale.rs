@@ -5,8 +5,11 @@
 //! flash-sale serve    [--framework axum|actix] [--port N]
 //! ```
 //!
-//! Runs on the in-memory backend; set `REDIS_URL` to run on Redis (several
-//! comma-separated URLs use Redlock for the per-user locks).
+//! Runs on the in-memory backend. On Redis: `REDIS_URL` (one server; several
+//! comma-separated independent servers use Redlock for the per-user locks),
+//! `REDIS_CLUSTER_URLS` (nodes of one Redis Cluster), or
+//! `REDIS_SENTINEL_URLS` and `REDIS_SENTINEL_MASTER` (the master Sentinels
+//! name, followed through failovers).
 
 use std::process::ExitCode;
 
@@ -80,8 +83,8 @@ async fn run() -> Result<ExitCode, String> {
         .await
         .map_err(|e| format!("cannot reach Redis: {e}"))?;
     let hint = match shop.backend_name() {
-        "memory" => " (set REDIS_URL to use Redis)",
-        _ => " (from REDIS_URL)",
+        "memory" => " (set REDIS_URL, REDIS_CLUSTER_URLS or REDIS_SENTINEL_URLS to use Redis)",
+        _ => " (from the environment)",
     };
     println!("backend: {}{hint}", shop.backend_name());
     match args.command.as_str() {

@@ -11,7 +11,7 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use lock_actix::{Locked, RateLimit, RouteLock};
 use serde::Deserialize;
 
-use super::shop::{Backend, Outcome, Shop};
+use super::shop::{Outcome, Shop};
 
 fn respond(outcome: Outcome) -> HttpResponse {
     let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -81,21 +81,16 @@ async fn cancel(shop: web::Data<Shop>, path: web::Path<(String, String)>) -> Htt
 
 /// The per-user and per-address rate limits, and the per-user lock.
 fn middleware(shop: &Shop) -> (RateLimit, RateLimit, RouteLock) {
-    match (&shop.backend, &shop.redlock) {
-        (Backend::Memory(b), _) => (
-            RateLimit::new(shop.user_rate_layer(b.clone())),
-            RateLimit::new(shop.address_rate_layer(b.clone())),
-            RouteLock::new(shop.lock_layer(b.clone())),
-        ),
-        (Backend::Redis(b), redlock) => (
-            RateLimit::new(shop.user_rate_layer(b.clone())),
-            RateLimit::new(shop.address_rate_layer(b.clone())),
-            match redlock {
-                Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
-                None => RouteLock::new(shop.lock_layer(b.clone())),
-            },
-        ),
-    }
+    let backend = shop.backend.clone();
+    let user_lock = match &shop.redlock {
+        Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
+        None => RouteLock::new(shop.lock_layer(backend.clone())),
+    };
+    (
+        RateLimit::new(shop.user_rate_layer(backend.clone())),
+        RateLimit::new(shop.address_rate_layer(backend)),
+        user_lock,
+    )
 }
 
 /// A running actix-web shop (its own thread and actix system); stopped when

@@ -16,7 +16,7 @@ use lock_axum::{Locked, RouteLock};
 use lock_core::rate::RateBackend;
 use serde::Deserialize;
 
-use super::shop::{Backend, Outcome, Shop};
+use super::shop::{Outcome, Shop};
 
 #[derive(Clone)]
 struct AppState {
@@ -118,20 +118,14 @@ where
 
 /// The shop's axum router (serve it with `ConnectInfo<SocketAddr>`).
 pub fn axum_router(shop: Shop) -> Router {
-    let (buy_route, reserve_route, user_lock) = match (&shop.backend, &shop.redlock) {
-        (Backend::Memory(b), _) => (
-            limited(&shop, b.clone(), buy),
-            limited(&shop, b.clone(), reserve),
-            RouteLock::new(shop.lock_layer(b.clone())),
-        ),
-        (Backend::Redis(b), redlock) => (
-            limited(&shop, b.clone(), buy),
-            limited(&shop, b.clone(), reserve),
-            match redlock {
-                Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
-                None => RouteLock::new(shop.lock_layer(b.clone())),
-            },
-        ),
+    let backend = shop.backend.clone();
+    let (buy_route, reserve_route) = (
+        limited(&shop, backend.clone(), buy),
+        limited(&shop, backend.clone(), reserve),
+    );
+    let user_lock = match &shop.redlock {
+        Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
+        None => RouteLock::new(shop.lock_layer(backend)),
     };
     Router::new()
         .route("/health", get(health))

@@ -17,8 +17,11 @@
 //! twice); a request without them, or with one that is not a valid name,
 //! is answered 400 with the reason. Each client address is limited too
 //! (`X-Forwarded-For` is read only from trusted proxies, loopback by
-//! default), so inventing a new `x-user-id` per request buys no more room. Runs in memory by default; on Redis when `REDIS_URL` is set, with
-//! Redlock for the user locks when it lists several URLs (comma-separated).
+//! default), so inventing a new `x-user-id` per request buys no more room.
+//!
+//! Runs in memory by default; on Redis as [`Shop::from_env`] says (one
+//! server, independent servers with Redlock for the user locks, a cluster,
+//! or Sentinel).
 
 mod actix_app;
 mod axum_app;

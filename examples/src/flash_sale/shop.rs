@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use ipnet::IpNet;
-use lock_core::backend::{MemoryBackend, RedisBackend};
+use lock_core::backend::{AnyBackend, MemoryBackend, RedisBackend};
 use lock_core::counter::{Purchase, Reservation, Settle, Stock};
 use lock_core::lock::{LockBackend, Redlock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
@@ -56,16 +56,10 @@ impl Default for ShopConfig {
     }
 }
 
-#[derive(Clone)]
-pub(crate) enum Backend {
-    Memory(MemoryBackend),
-    Redis(RedisBackend),
-}
-
 /// The shop's state, shared by every request.
 #[derive(Clone)]
 pub struct Shop {
-    pub(crate) backend: Backend,
+    pub(crate) backend: AnyBackend,
     pub(crate) redlock: Option<Redlock>,
     pub(crate) config: ShopConfig,
 }
@@ -114,26 +108,11 @@ const MAX_BUYS_PER_SECOND: NonZeroU32 = match NonZeroU32::new(1_000_000) {
     None => NonZeroU32::MIN,
 };
 
-macro_rules! with_stock {
-    ($shop:expr, $stock:ident => $body:expr) => {
-        match &$shop.backend {
-            Backend::Memory(b) => {
-                let $stock = Stock::new(b.clone());
-                $body
-            }
-            Backend::Redis(b) => {
-                let $stock = Stock::new(b.clone());
-                $body
-            }
-        }
-    };
-}
-
 impl Shop {
     /// A shop on the in-memory backend: nothing to install.
     pub fn memory(config: ShopConfig) -> Self {
         Shop {
-            backend: Backend::Memory(MemoryBackend::new()),
+            backend: MemoryBackend::new().into(),
             redlock: None,
             config,
         }
@@ -153,33 +132,90 @@ impl Shop {
             None
         };
         Ok(Shop {
-            backend: Backend::Redis(backend),
+            backend: backend.into(),
             redlock,
             config,
         })
     }
 
-    /// `REDIS_URL` (comma-separated for Redlock) if set, else in memory.
+    /// A shop on a Redis Cluster that `urls` (any of its nodes) belong to.
+    /// (Redlock is for independent servers, not for a cluster's nodes.)
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached.
+    pub async fn cluster(urls: &[&str], config: ShopConfig) -> lock_core::Result<Self> {
+        Ok(Shop {
+            backend: RedisBackend::connect_cluster(urls).await?.into(),
+            redlock: None,
+            config,
+        })
+    }
+
+    /// A shop on the master the Sentinels at `urls` know as `master`; it
+    /// follows failovers.
+    ///
+    /// # Errors
+    /// When no Sentinel answers or the master is unknown.
+    pub async fn sentinel(
+        urls: &[&str],
+        master: &str,
+        config: ShopConfig,
+    ) -> lock_core::Result<Self> {
+        Ok(Shop {
+            backend: RedisBackend::connect_sentinel(urls, master).await?.into(),
+            redlock: None,
+            config,
+        })
+    }
+
+    /// From the environment, in this order: `REDIS_CLUSTER_URLS` (nodes of
+    /// one cluster, comma-separated), `REDIS_SENTINEL_URLS` with
+    /// `REDIS_SENTINEL_MASTER` (the master's name, default `mymaster`),
+    /// `REDIS_URL` (comma-separated: independent servers, Redlock for the
+    /// user locks); in memory when none is set.
     ///
     /// # Errors
     /// When Redis is configured but cannot be reached.
     pub async fn from_env(config: ShopConfig) -> lock_core::Result<Self> {
-        match std::env::var("REDIS_URL") {
-            Ok(urls) if !urls.trim().is_empty() => {
-                let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
-                Self::redis(&urls, config).await
+        let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let list = |value: &String| {
+            value
+                .split(',')
+                .map(str::trim)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        if let Some(urls) = var("REDIS_CLUSTER_URLS") {
+            let urls = list(&urls);
+            return Self::cluster(&urls.iter().map(String::as_str).collect::<Vec<_>>(), config)
+                .await;
+        }
+        if let Some(urls) = var("REDIS_SENTINEL_URLS") {
+            let urls = list(&urls);
+            let master = var("REDIS_SENTINEL_MASTER").unwrap_or_else(|| "mymaster".to_owned());
+            let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+            return Self::sentinel(&urls, &master, config).await;
+        }
+        match var("REDIS_URL") {
+            Some(urls) => {
+                let urls = list(&urls);
+                Self::redis(&urls.iter().map(String::as_str).collect::<Vec<_>>(), config).await
             }
-            _ => Ok(Self::memory(config)),
+            None => Ok(Self::memory(config)),
         }
     }
 
-    /// "memory", "redis" or "redis+redlock".
+    /// "memory", "redis", "redis+redlock", "cluster" or "sentinel".
     pub fn backend_name(&self) -> &'static str {
         match (&self.backend, &self.redlock) {
-            (Backend::Memory(_), _) => "memory",
-            (Backend::Redis(_), None) => "redis",
-            (Backend::Redis(_), Some(_)) => "redis+redlock",
+            (AnyBackend::Redis(_), Some(_)) => "redis+redlock",
+            (backend, _) => backend.kind(),
         }
+    }
+
+    /// The stock counters.
+    fn stock_counters(&self) -> Stock<AnyBackend> {
+        Stock::new(self.backend.clone())
     }
 
     /// A per-second GCRA rate limit of `per_second` under `scope`, keyed by
@@ -235,7 +271,7 @@ impl Shop {
     /// started against the same Redis leaves the stock as it is.
     pub async fn seed(&self) -> Outcome {
         let (item, stock) = SEED;
-        match with_stock!(self, s => s.create(item, stock).await) {
+        match self.stock_counters().create(item, stock).await {
             Ok(true) => outcome(
                 201,
                 json!({ "item": item, "stock": stock, "created": true }),
@@ -255,7 +291,7 @@ impl Shop {
 
     /// Creates or resets an item.
     pub async fn set_stock(&self, item: &str, stock: u64) -> Outcome {
-        match with_stock!(self, s => s.set(item, stock).await) {
+        match self.stock_counters().set(item, stock).await {
             Ok(()) => outcome(200, json!({ "item": item, "stock": stock })),
             Err(e) => failure(&e),
         }
@@ -263,7 +299,7 @@ impl Shop {
 
     /// An item's stock.
     pub async fn stock(&self, item: &str) -> Outcome {
-        match with_stock!(self, s => s.get(item).await) {
+        match self.stock_counters().get(item).await {
             Ok(Some(stock)) => outcome(200, json!({ "item": item, "stock": stock })),
             Ok(None) => outcome(404, json!({ "error": "unknown item" })),
             Err(e) => failure(&e),
@@ -275,7 +311,7 @@ impl Shop {
         let Some(order) = order else {
             return outcome(400, json!({ "error": "x-order-id is required" }));
         };
-        match with_stock!(self, s => s.decrement_once(item, 1, order).await) {
+        match self.stock_counters().decrement_once(item, 1, order).await {
             Ok(Purchase::Done {
                 remaining,
                 replayed,
@@ -303,7 +339,7 @@ impl Shop {
             return outcome(400, json!({ "error": "x-order-id is required" }));
         };
         let hold = hold.unwrap_or(self.config.hold);
-        match with_stock!(self, s => s.reserve(item, 1, order, hold).await) {
+        match self.stock_counters().reserve(item, 1, order, hold).await {
             Ok(Reservation::Held {
                 remaining,
                 expires_in,
@@ -335,7 +371,7 @@ impl Shop {
         self.settle(
             order,
             true,
-            with_stock!(self, s => s.confirm(item, order).await),
+            self.stock_counters().confirm(item, order).await,
         )
     }
 
@@ -344,7 +380,7 @@ impl Shop {
         self.settle(
             order,
             false,
-            with_stock!(self, s => s.cancel(item, order).await),
+            self.stock_counters().cancel(item, order).await,
         )
     }
 

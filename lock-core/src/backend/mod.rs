@@ -3,15 +3,22 @@
 //! A backend is a cheap-to-clone handle; each primitive is implemented for
 //! each backend through its own trait (for locks, [`LockBackend`](crate::lock::LockBackend)).
 
+mod any;
 pub(crate) mod clock;
+mod cluster;
 mod memory;
 pub(crate) mod notify;
 mod pubsub;
 mod redis;
+mod replicas;
 pub(crate) mod script;
+mod sentinel;
 
+pub use self::any::{AnyBackend, AnyWaiter};
 pub use self::clock::ManualClock;
+pub use self::cluster::ClusterBackend;
 pub(crate) use self::memory::shrink_swept;
 pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryBuilder};
 pub(crate) use self::pubsub::Subscription;
 pub use self::redis::{MIN_REDIS_VERSION, RedisBackend, RedisConfig};
+pub use self::sentinel::{SentinelBackend, SentinelConnection};

@@ -1,21 +1,36 @@
-//! One shared pub/sub subscriber per Redis client.
+//! One shared pub/sub subscriber per backend.
 //!
-//! Waiters on any number of locks share a single pub/sub connection. Channels
-//! are subscribed when their first local waiter arrives and unsubscribed when
+//! Waiters on any number of locks share one subscription. Channels are
+//! subscribed when their first local waiter arrives and unsubscribed when
 //! the last one leaves; messages are dispatched to local waiters through
 //! [`Waiters`]. Subscriptions of different channels go out concurrently;
-//! those of one channel are ordered by a per-channel lock, so an unsubscribe
-//! never overtakes a later subscribe. When the connection drops, every
-//! waiter is woken (so it retries at once) and the next waiter reconnects.
-//! Nothing here can hang a waiter: waits are always bounded by the lock's
+//! those of one channel are ordered by a per-channel lock, so an
+//! unsubscribe never overtakes a later subscribe.
+//!
+//! The subscription goes over one of two transports:
+//!
+//! * **A pub/sub connection** of its own (a standalone server, or the
+//!   master Sentinel names, whose address may change): made on first use,
+//!   made again when it drops.
+//! * **The cluster connection itself** (RESP3 pushes), which routes each
+//!   `SUBSCRIBE` (or, on Redis 7 or later, `SSUBSCRIBE`: sharded channels,
+//!   on the node that owns the lock's slot) and subscribes again after
+//!   reconnects and slot moves.
+//!
+//! When a connection drops, or a node stops serving a sharded channel,
+//! every waiter is woken (so it retries at once) and resubscribes. Nothing
+//! here can hang a waiter: waits are always bounded by the lock's
 //! remaining TTL.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
 
 use super::notify::{Handed, WaitHandle, Waiters};
 use super::shrink_swept;
@@ -24,18 +39,33 @@ use crate::error::{Error, Result};
 #[derive(Default)]
 struct Conn {
     sink: Option<PubSubSink>,
-    /// Bumped on every new connection; 0 means "never connected".
-    epoch: u64,
 }
 
-/// Per channel: the connection epoch it is subscribed on (0 = not subscribed).
+/// How subscriptions reach the server.
+enum Transport {
+    /// A pub/sub connection of its own, to `client`'s server.
+    PubSub {
+        client: Box<Mutex<redis::Client>>,
+        conn: tokio::sync::Mutex<Conn>,
+    },
+    /// The cluster connection, whose pushes come to the dispatch task.
+    Cluster {
+        conn: ClusterConnection,
+        sharded: bool,
+    },
+}
+
+/// Per channel: the epoch it is subscribed in (0 = not subscribed).
 type ChannelState = Arc<tokio::sync::Mutex<u64>>;
 
 struct Inner {
-    client: redis::Client,
+    transport: Transport,
     timeout: Duration,
     waiters: Waiters,
-    conn: tokio::sync::Mutex<Conn>,
+    /// Bumped whenever subscriptions may have been lost (a new pub/sub
+    /// connection, a dropped cluster node): channels subscribed in an
+    /// earlier epoch subscribe again.
+    epoch: AtomicU64,
     channels: Mutex<HashMap<String, ChannelState>>,
 }
 
@@ -46,15 +76,60 @@ pub(crate) struct Subscriber {
 }
 
 impl Subscriber {
+    /// A subscriber over a pub/sub connection to `client`'s server, made
+    /// on first use.
     pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+        Self::with(
+            Transport::PubSub {
+                client: Box::new(Mutex::new(client)),
+                conn: tokio::sync::Mutex::default(),
+            },
+            timeout,
+        )
+    }
+
+    /// A subscriber over the cluster connection `conn`, whose pushes arrive
+    /// on `pushes`; sharded channels when `sharded`.
+    pub(crate) fn cluster(
+        conn: ClusterConnection,
+        pushes: tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
+        sharded: bool,
+        timeout: Duration,
+    ) -> Self {
+        let subscriber = Self::with(Transport::Cluster { conn, sharded }, timeout);
+        tokio::spawn(dispatch_pushes(Arc::downgrade(&subscriber.inner), pushes));
+        subscriber
+    }
+
+    fn with(transport: Transport, timeout: Duration) -> Self {
         Subscriber {
             inner: Arc::new(Inner {
-                client,
+                transport,
                 timeout,
                 waiters: Waiters::default(),
-                conn: tokio::sync::Mutex::new(Conn::default()),
+                epoch: AtomicU64::new(1),
                 channels: Mutex::new(HashMap::new()),
             }),
+        }
+    }
+
+    /// From now on, subscribe on a pub/sub connection to `client`'s server
+    /// (the master moved): the current connection is dropped, and every
+    /// waiter is woken to subscribe again there.
+    pub(crate) fn move_to(&self, client: redis::Client) {
+        if let Transport::PubSub {
+            client: current, ..
+        } = &self.inner.transport
+        {
+            *current.lock().unwrap_or_else(PoisonError::into_inner) = client;
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                if let Transport::PubSub { conn, .. } = &inner.transport {
+                    conn.lock().await.sink = None;
+                }
+                inner.epoch.fetch_add(1, Ordering::SeqCst);
+                inner.waiters.wake_all();
+            });
         }
     }
 
@@ -68,29 +143,82 @@ impl Subscriber {
         }
     }
 
-    /// The current connection's sink and epoch, connecting if there is none.
-    async fn sink(&self) -> Result<(PubSubSink, u64)> {
-        let inner = &self.inner;
-        let mut conn = inner.conn.lock().await;
+    /// The current pub/sub connection's sink, connecting if there is none.
+    async fn sink(&self) -> Result<PubSubSink> {
+        let Transport::PubSub { client, conn } = &self.inner.transport else {
+            unreachable!("only a pub/sub transport has a sink");
+        };
+        let mut conn = conn.lock().await;
         if let Some(sink) = &conn.sink {
-            return Ok((sink.clone(), conn.epoch));
+            return Ok(sink.clone());
         }
-        let pubsub = tokio::time::timeout(inner.timeout, inner.client.get_async_pubsub())
+        let client = client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let timeout = self.inner.timeout;
+        let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
             .await
-            .map_err(|_| Error::Timeout(inner.timeout))??;
+            .map_err(|_| Error::Timeout(timeout))??;
         let (sink, stream) = pubsub.split();
-        conn.epoch += 1;
+        let epoch = self.inner.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         conn.sink = Some(sink.clone());
-        tokio::spawn(dispatch(Arc::downgrade(&self.inner), stream, conn.epoch));
-        Ok((sink, conn.epoch))
+        tokio::spawn(dispatch_messages(
+            Arc::downgrade(&self.inner),
+            stream,
+            epoch,
+        ));
+        Ok(sink)
     }
 
-    /// Drops the connection of `epoch` (after a failed command), so the next
-    /// waiter reconnects.
-    async fn forget(&self, epoch: u64) {
-        let mut conn = self.inner.conn.lock().await;
-        if conn.epoch == epoch {
-            conn.sink = None;
+    /// Drops the pub/sub connection after a failed command, so that the
+    /// next waiter reconnects.
+    async fn forget(&self) {
+        if let Transport::PubSub { conn, .. } = &self.inner.transport {
+            conn.lock().await.sink = None;
+            self.inner.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends `SUBSCRIBE` (`subscribe`) or `UNSUBSCRIBE` for `channel`, or
+    /// their sharded forms, bounded by the timeout.
+    async fn send(&self, channel: &str, subscribe: bool) -> Result<()> {
+        let timeout = self.inner.timeout;
+        let sent = match &self.inner.transport {
+            Transport::PubSub { .. } => {
+                let mut sink = self.sink().await?;
+                let call = async {
+                    if subscribe {
+                        sink.subscribe(channel).await
+                    } else {
+                        sink.unsubscribe(channel).await
+                    }
+                };
+                tokio::time::timeout(timeout, call).await
+            }
+            Transport::Cluster { conn, sharded } => {
+                let mut conn = conn.clone();
+                let call = async {
+                    match (subscribe, sharded) {
+                        (true, true) => conn.ssubscribe(channel).await,
+                        (true, false) => conn.subscribe(channel).await,
+                        (false, true) => conn.sunsubscribe(channel).await,
+                        (false, false) => conn.unsubscribe(channel).await,
+                    }
+                };
+                tokio::time::timeout(timeout, call).await
+            }
+        };
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                self.forget().await;
+                Err(error.into())
+            }
+            Err(_) => {
+                self.forget().await;
+                Err(Error::Timeout(timeout))
+            }
         }
     }
 
@@ -105,51 +233,32 @@ impl Subscriber {
 
     async fn ensure(&self, channel: &str) -> Result<()> {
         let state = self.channel_state(channel);
-        let mut subscribed_on = state.lock().await;
-        let (mut sink, epoch) = self.sink().await?;
-        if *subscribed_on == epoch {
+        let mut subscribed_in = state.lock().await;
+        if matches!(self.inner.transport, Transport::PubSub { .. }) {
+            // Connects if need be, which starts a new epoch.
+            self.sink().await?;
+        }
+        let epoch = self.inner.epoch.load(Ordering::SeqCst);
+        if *subscribed_in == epoch {
             return Ok(());
         }
-        let timeout = self.inner.timeout;
-        match tokio::time::timeout(timeout, sink.subscribe(channel)).await {
-            Ok(Ok(())) => {
-                *subscribed_on = epoch;
-                Ok(())
-            }
-            Ok(Err(e)) => {
-                self.forget(epoch).await;
-                Err(e.into())
-            }
-            Err(_) => {
-                self.forget(epoch).await;
-                Err(Error::Timeout(timeout))
-            }
-        }
+        self.send(channel, true).await?;
+        *subscribed_in = epoch;
+        Ok(())
     }
 
     async fn unsubscribe_if_unused(&self, channel: String) {
         let state = self.channel_state(&channel);
-        let mut subscribed_on = state.lock().await;
+        let mut subscribed_in = state.lock().await;
         if self.inner.waiters.is_registered(&channel) {
             return;
         }
-        let current = {
-            let conn = self.inner.conn.lock().await;
-            conn.sink.clone().map(|sink| (sink, conn.epoch))
-        };
-        if let Some((mut sink, epoch)) = current
-            && *subscribed_on == epoch
-        {
-            let timeout = self.inner.timeout;
-            if !matches!(
-                tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
-                Ok(Ok(()))
-            ) {
-                self.forget(epoch).await;
-            }
+        if *subscribed_in == self.inner.epoch.load(Ordering::SeqCst) {
+            // A failure drops the connection; the channel goes with it.
+            let _ = self.send(&channel, false).await;
         }
-        *subscribed_on = 0;
-        drop(subscribed_on);
+        *subscribed_in = 0;
+        drop(subscribed_in);
         // Forget the channel unless someone came back for it meanwhile.
         let mut channels = self
             .inner
@@ -163,24 +272,74 @@ impl Subscriber {
     }
 }
 
-async fn dispatch(inner: std::sync::Weak<Inner>, mut stream: redis::aio::PubSubStream, epoch: u64) {
+/// Passes a message on `channel` to its waiters.
+fn deliver(inner: &Inner, channel: &str, payload: &[u8]) {
+    match handoff(payload) {
+        Some(handed) => inner.waiters.hand_over(channel, handed),
+        None => inner.waiters.wake(channel),
+    }
+}
+
+/// Subscriptions may be gone: subscribe again, and let every waiter retry.
+fn start_over(inner: &Inner) {
+    inner.epoch.fetch_add(1, Ordering::SeqCst);
+    inner.waiters.wake_all();
+}
+
+async fn dispatch_messages(inner: Weak<Inner>, mut stream: redis::aio::PubSubStream, epoch: u64) {
     while let Some(msg) = stream.next().await {
         let Some(inner) = inner.upgrade() else { return };
-        let channel = msg.get_channel_name();
-        match handoff(msg.get_payload_bytes()) {
-            Some(handed) => inner.waiters.hand_over(channel, handed),
-            None => inner.waiters.wake(channel),
-        }
+        deliver(&inner, msg.get_channel_name(), msg.get_payload_bytes());
     }
     let Some(inner) = inner.upgrade() else { return };
     tracing::debug!("lock pub/sub connection closed; waiters will resubscribe");
-    {
-        let mut conn = inner.conn.lock().await;
-        if conn.epoch == epoch {
+    if let Transport::PubSub { conn, .. } = &inner.transport {
+        let mut conn = conn.lock().await;
+        if inner.epoch.load(Ordering::SeqCst) == epoch {
             conn.sink = None;
         }
     }
-    inner.waiters.wake_all();
+    start_over(&inner);
+}
+
+async fn dispatch_pushes(
+    inner: Weak<Inner>,
+    mut pushes: tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
+) {
+    while let Some(push) = pushes.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
+        let text = |value: Option<&Value>| match value {
+            Some(Value::BulkString(bytes)) => Some(bytes.clone()),
+            _ => None,
+        };
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let (Some(channel), Some(payload)) =
+                    (text(push.data.first()), text(push.data.get(1)))
+                    && let Ok(channel) = std::str::from_utf8(&channel)
+                {
+                    deliver(&inner, channel, &payload);
+                }
+            }
+            PushKind::Disconnection => {
+                tracing::debug!("a cluster node's connection closed; waiters will resubscribe");
+                start_over(&inner);
+            }
+            // A node stopped serving a sharded channel (its slot moved):
+            // subscribe again, on the node that owns it now.
+            PushKind::SUnsubscribe => {
+                let channel = text(push.data.first());
+                let waited_for = channel
+                    .as_deref()
+                    .and_then(|c| std::str::from_utf8(c).ok())
+                    .is_some_and(|c| inner.waiters.is_registered(c));
+                if waited_for {
+                    start_over(&inner);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The handoff a `held:<number>:<fence>` message announces, which a fair

@@ -2,17 +2,23 @@
 //! scripts sent by `EVALSHA`, every call bounded by a timeout.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::FromRedisValue;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 
 use super::pubsub::{Subscriber, Subscription};
+use super::replicas::{Dedicated, Open, SyncReplicas};
 use super::script::{Invocation, no_script};
 use crate::error::{Error, Result};
 use crate::key::{KeySpace, Name};
 
 /// Settings of a [`RedisBackend`].
+///
+/// With [`sync_replicas`](Self::sync_replicas), every lock, semaphore and
+/// stock write of the backend waits for replicas to confirm it (see
+/// [`RedisBackend::sync_replicas`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -29,6 +35,7 @@ pub struct RedisConfig {
     keyspace: KeySpace,
     response_timeout: Duration,
     connect_timeout: Duration,
+    sync: Option<SyncReplicas>,
 }
 
 impl Default for RedisConfig {
@@ -37,6 +44,7 @@ impl Default for RedisConfig {
             keyspace: KeySpace::default(),
             response_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
+            sync: None,
         }
     }
 }
@@ -70,6 +78,14 @@ impl RedisConfig {
         self
     }
 
+    /// Makes every lock, semaphore and stock write wait until `replicas`
+    /// replicas confirmed it, for at most `timeout` (see
+    /// [`RedisBackend::sync_replicas`]). 0 replicas turns it off.
+    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync = (replicas > 0).then_some(SyncReplicas { replicas, timeout });
+        self
+    }
+
     /// The key space.
     pub fn keyspace(&self) -> &KeySpace {
         &self.keyspace
@@ -78,6 +94,11 @@ impl RedisConfig {
     /// The response timeout.
     pub fn get_response_timeout(&self) -> Duration {
         self.response_timeout
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 }
 
@@ -99,10 +120,14 @@ pub struct RedisBackend<C = ConnectionManager> {
     conn: C,
     keyspace: KeySpace,
     timeout: Duration,
-    subscriber: Option<Subscriber>,
+    pub(super) subscriber: Option<Subscriber>,
     /// Whether wake-ups go out on sharded channels (`SPUBLISH`): a
     /// cluster of Redis 7 or later.
-    sharded_pubsub: bool,
+    pub(super) sharded_pubsub: bool,
+    sync: Option<SyncReplicas>,
+    /// Connections of its own for synced writes, when the backend knows
+    /// how to open them.
+    pub(super) dedicated: Option<Arc<Dedicated<C>>>,
 }
 
 impl<C> fmt::Debug for RedisBackend<C> {
@@ -131,14 +156,9 @@ impl RedisBackend<ConnectionManager> {
     /// # Errors
     /// As [`connect`](Self::connect).
     pub async fn connect_with(client: redis::Client, config: RedisConfig) -> Result<Self> {
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(config.connect_timeout);
         let conn = tokio::time::timeout(
             config.connect_timeout,
-            ConnectionManager::new_with_config(client.clone(), manager_config),
+            ConnectionManager::new_with_config(client.clone(), manager_config(&config)),
         )
         .await
         .map_err(|_| Error::Timeout(config.connect_timeout))??;
@@ -150,9 +170,52 @@ impl RedisBackend<ConnectionManager> {
         let mut once = client
             .get_multiplexed_async_connection_with_config(&check)
             .await?;
-        check_server_on(&mut once, config.connect_timeout).await?;
-        Ok(Self::from_connection(conn, config).with_subscriber(client))
+        check_server(&mut once, config.connect_timeout).await?;
+        let open: Open<ConnectionManager> = {
+            let (client, manager) = (client.clone(), manager_config(&config));
+            Arc::new(move || {
+                let (client, manager) = (client.clone(), manager.clone());
+                Box::pin(
+                    async move { Ok(ConnectionManager::new_with_config(client, manager).await?) },
+                )
+            })
+        };
+        let mut backend = Self::from_connection(conn, config).with_subscriber(client);
+        backend.dedicated = Some(Arc::new(Dedicated::new(open)));
+        Ok(backend)
     }
+}
+
+/// How many replicas confirmed a synced write, of how many asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replicated {
+    pub(crate) acknowledged: u32,
+    pub(crate) needed: u32,
+}
+
+impl Replicated {
+    /// Whether enough replicas confirmed it.
+    pub(crate) fn enough(self) -> bool {
+        self.acknowledged >= self.needed
+    }
+
+    /// The error a write too few replicas confirmed gives.
+    pub(crate) fn error(self) -> Error {
+        Error::NotReplicated {
+            acknowledged: self.acknowledged,
+            needed: self.needed,
+        }
+    }
+}
+
+/// How the shared connection to one server is kept: timeouts as `config`
+/// says, two retries.
+pub(super) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(config.connect_timeout)
 }
 
 /// The oldest Redis supported: the scripts read the server's clock
@@ -172,20 +235,24 @@ fn server_version(info: &str) -> Option<(u32, u32, &str)> {
 }
 
 /// Asks the server on `conn` its version, within `timeout`, and refuses one
-/// older than [`MIN_REDIS_VERSION`].
-async fn check_server_on(conn: &mut impl ConnectionLike, timeout: Duration) -> Result<()> {
+/// older than [`MIN_REDIS_VERSION`]. The major version, if the server said.
+pub(super) async fn check_server(
+    conn: &mut impl ConnectionLike,
+    timeout: Duration,
+) -> Result<Option<u32>> {
     let mut info = redis::cmd("INFO");
     info.arg("server");
     let info = match tokio::time::timeout(timeout, info.query_async::<String>(conn)).await {
         Ok(Ok(info)) => info,
         Ok(Err(error)) if error.code() == Some("NOPERM") => {
             tracing::warn!(%error, "cannot read the Redis version (INFO is not allowed); {MIN_REDIS_VERSION} or later is needed");
-            return Ok(());
+            return Ok(None);
         }
         Ok(Err(error)) => return Err(error.into()),
         Err(_) => return Err(Error::Timeout(timeout)),
     };
-    check_version(&info)
+    check_version(&info)?;
+    Ok(server_version(&info).map(|(major, ..)| major))
 }
 
 /// Refuses a server older than [`MIN_REDIS_VERSION`], given its `INFO`.
@@ -213,7 +280,95 @@ where
             timeout: config.response_timeout,
             subscriber: None,
             sharded_pubsub: false,
+            sync: config.sync,
+            dedicated: None,
         }
+    }
+
+    /// This backend (sharing its connections) with every lock, semaphore and
+    /// stock write waiting until `replicas` replicas confirmed it, for at
+    /// most `timeout`: the write and `WAIT replicas timeout` go out together
+    /// to the key's master, on a connection of their own (a slow `WAIT`
+    /// holds no other caller's commands). 0 replicas turns it off. Rate
+    /// limits and releases are not synced: a release a failover lost leaves
+    /// a lock that expires with its lease.
+    ///
+    /// * A lock or permit that fewer replicas confirmed is released again,
+    ///   and the acquire fails with [`Error::NotReplicated`] instead of
+    ///   granting a lock a failover could grant twice. A renewal that fewer
+    ///   replicas confirmed does not count: the guard keeps the lease it
+    ///   had, and loses it if no renewal is confirmed in time.
+    /// * A stock change that fewer replicas confirmed stays made on the
+    ///   master, and fails with [`Error::NotReplicated`]: retry it with the
+    ///   same operation or order id, which replays its first outcome.
+    /// * A server whose `min-replicas-to-write` is not met refuses the write
+    ///   ([`Error::NoReplicas`]).
+    ///
+    /// `WAIT` is not consensus: a write confirmed by a replica can still be
+    /// lost if that replica is not the one promoted, and the Redis docs say
+    /// so. On the server, `min-replicas-to-write 1` and
+    /// `min-replicas-max-lag` narrow the window in which a master takes
+    /// writes that no replica has; fencing tokens checked by the resource
+    /// ([`Fence`](crate::lock::Fence)) are the guard that holds whatever
+    /// the failover lost.
+    ///
+    /// A backend made with [`from_connection`](Self::from_connection) has
+    /// no connections of its own: its synced writes use the shared one.
+    ///
+    /// ```no_run
+    /// # async fn run() -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lock_core::backend::RedisBackend;
+    /// use lock_core::lock::Lock;
+    ///
+    /// let backend = RedisBackend::connect("redis://10.0.0.1:6379").await?;
+    /// let synced = backend.sync_replicas(1, Duration::from_secs(1));
+    /// let lock = Lock::new(synced, "payout:2024-07")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync = (replicas > 0).then_some(SyncReplicas { replicas, timeout });
+        self
+    }
+
+    /// Runs a script call that writes a lock, permit or stock: as
+    /// [`invoke`](Self::invoke) unless writes are synced; then with `WAIT`
+    /// on a connection of its own, bounded by the response timeout and the
+    /// sync timeout. The answer, and how many replicas confirmed it (none
+    /// when writes are not synced).
+    pub(crate) async fn invoke_write<T: FromRedisValue + Send>(
+        &self,
+        call: Invocation<'_>,
+    ) -> Result<(T, Option<Replicated>)> {
+        let Some(sync) = self.sync else {
+            return Ok((self.invoke(call).await?, None));
+        };
+        let (answer, acknowledged) = match &self.dedicated {
+            Some(dedicated) => {
+                let bound = self.timeout + sync.timeout;
+                let write = dedicated.write(&call, self.sharded_pubsub, sync);
+                tokio::time::timeout(bound, write)
+                    .await
+                    .map_err(|_| Error::Timeout(bound))??
+            }
+            None => {
+                let dedicated = Dedicated::new(Arc::new({
+                    let conn = self.conn.clone();
+                    move || {
+                        let conn = conn.clone();
+                        Box::pin(async move { Ok(conn) })
+                    }
+                }));
+                dedicated.write(&call, self.sharded_pubsub, sync).await?
+            }
+        };
+        Ok((
+            answer,
+            Some(Replicated {
+                acknowledged,
+                needed: sync.replicas,
+            }),
+        ))
     }
 
     /// Adds the shared pub/sub subscriber (connected on first use) that wakes
@@ -221,6 +376,18 @@ where
     pub fn with_subscriber(mut self, client: redis::Client) -> Self {
         self.subscriber = Some(Subscriber::new(client, self.timeout));
         self
+    }
+
+    /// The same backend (sharing its connection and subscriber) with keys
+    /// under another prefix: separate limits, locks and stock on one server.
+    ///
+    /// # Errors
+    /// As [`RedisConfig::prefix`].
+    pub fn with_prefix(&self, prefix: impl AsRef<str>) -> Result<Self> {
+        Ok(RedisBackend {
+            keyspace: KeySpace::new(prefix)?,
+            ..self.clone()
+        })
     }
 
     /// A clone of the shared connection, for commands of your own.
@@ -243,8 +410,9 @@ where
         self.timeout
     }
 
-    /// Whether wake-ups go out on sharded channels.
-    pub(crate) fn sharded_pubsub(&self) -> bool {
+    /// Whether lock wake-ups go out on sharded channels (`SPUBLISH`, to
+    /// `SSUBSCRIBE`rs): on a cluster of Redis 7 or later.
+    pub fn sharded_pubsub(&self) -> bool {
         self.sharded_pubsub
     }
 
@@ -257,7 +425,9 @@ where
     /// [`Error::UnsupportedServer`] for a server older than
     /// [`MIN_REDIS_VERSION`]; backend failures.
     pub async fn check_server(&self) -> Result<()> {
-        check_server_on(&mut self.conn.clone(), self.timeout).await
+        check_server(&mut self.conn.clone(), self.timeout)
+            .await
+            .map(drop)
     }
 
     /// Runs a script call on the shared connection, bounded by the

@@ -53,6 +53,18 @@ where
         invocation
     }
 
+    /// Runs a script that changes stock: with writes synced, an error when
+    /// too few replicas confirmed the change (which stays made).
+    async fn write<T: redis::FromRedisValue + Send>(
+        &self,
+        invocation: Invocation<'_>,
+    ) -> Result<T> {
+        match self.invoke_write(invocation).await? {
+            (_, Some(replicated)) if !replicated.enough() => Err(replicated.error()),
+            (answer, _) => Ok(answer),
+        }
+    }
+
     fn order_key(&self, item: &Name, order: &Name) -> String {
         self.key(item, &format!("order:{order}"))
     }
@@ -65,7 +77,7 @@ where
     async fn set(&self, item: &Name, quantity: u64) -> Result<()> {
         let mut invocation = self.stock_invocation(&SET, item);
         invocation.arg(quantity);
-        match self.invoke(invocation).await? {
+        match self.write(invocation).await? {
             TOO_MUCH => Err(super::too_much()),
             _ => Ok(()),
         }
@@ -74,7 +86,7 @@ where
     async fn create(&self, item: &Name, quantity: u64) -> Result<bool> {
         let mut invocation = self.stock_invocation(&CREATE, item);
         invocation.arg(quantity);
-        let created: i64 = self.invoke(invocation).await?;
+        let created: i64 = self.write(invocation).await?;
         Ok(created == 1)
     }
 
@@ -86,7 +98,7 @@ where
     async fn restock(&self, item: &Name, quantity: u64) -> Result<Option<u64>> {
         let mut invocation = self.stock_invocation(&RESTOCK, item);
         invocation.arg(quantity);
-        match self.invoke(invocation).await? {
+        match self.write(invocation).await? {
             TOO_MUCH => Err(super::too_much()),
             stock => Ok((stock >= 0).then_some(stock.unsigned_abs())),
         }
@@ -105,7 +117,7 @@ where
                 .key(self.key(item, &format!("op:{op}")))
                 .arg(ms(remember));
         }
-        let (status, value, replayed): (i64, i64, i64) = self.invoke(invocation).await?;
+        let (status, value, replayed): (i64, i64, i64) = self.write(invocation).await?;
         match status {
             1 => Ok(Purchase::Done {
                 remaining: count(value)?,
@@ -132,7 +144,7 @@ where
             .arg(n)
             .arg(ms(hold))
             .arg(order.as_str());
-        let (status, a, b): (i64, i64, i64) = self.invoke(invocation).await?;
+        let (status, a, b): (i64, i64, i64) = self.write(invocation).await?;
         let millis = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
         match status {
             1 => Ok(Reservation::Held {
@@ -158,7 +170,7 @@ where
             .key(self.order_key(item, order))
             .arg(ms(remember))
             .arg(order.as_str());
-        let status: i64 = self.invoke(invocation).await?;
+        let status: i64 = self.write(invocation).await?;
         match status {
             1 => Ok(Settle::Confirmed),
             2 => Ok(Settle::AlreadyConfirmed),
@@ -172,7 +184,7 @@ where
         invocation
             .key(self.order_key(item, order))
             .arg(order.as_str());
-        let (status, available): (i64, i64) = self.invoke(invocation).await?;
+        let (status, available): (i64, i64) = self.write(invocation).await?;
         match status {
             1 => Ok(Settle::Cancelled {
                 available: count(available)?,
@@ -184,7 +196,7 @@ where
     }
 
     async fn delete(&self, item: &Name) -> Result<bool> {
-        let deleted: i64 = self.invoke(self.stock_invocation(&DELETE, item)).await?;
+        let deleted: i64 = self.write(self.stock_invocation(&DELETE, item)).await?;
         Ok(deleted == 1)
     }
 }

@@ -1,17 +1,16 @@
 -- Shared prelude: fencing tokens. KEYS[FENCE] is the counter key.
--- A counter that expired restarts from Redis time in microseconds, which is
--- above anything it handed out before (one grant per microsecond is far
--- beyond what one key sees), so tokens stay monotonic.
+-- Each token is above the last one and at least Redis's time in
+-- microseconds. The time is the floor for a counter that expired, and for
+-- one a failover lost: a replica promoted before it had the last increment
+-- still hands out tokens above every one issued before the failover, as
+-- long as the new master's clock is past the time of that last grant (a
+-- failover takes far longer than the clocks of two servers differ).
 local function next_fence(key, ttl_ms)
-  local fence
-  if redis.call('EXISTS', key) == 1 then
-    fence = redis.call('INCR', key)
-  else
-    local t = redis.call('TIME')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', key, string.format('%d', fence))
-  end
-  redis.call('PEXPIRE', key, ttl_ms)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = tonumber(redis.call('GET', key) or '0') + 1
+  if fence < floor then fence = floor end
+  redis.call('SET', key, string.format('%d', fence), 'PX', ttl_ms)
   return fence
 end
 local function now_ms()

@@ -174,7 +174,7 @@ where
         let name = request.name;
         let fencing = if request.fencing { "1" } else { "0" };
         let lease = millis(request.lease);
-        let reply: Vec<i64> = match request.kind {
+        let invocation = match request.kind {
             Kind::Plain | Kind::Reentrant => {
                 let script = if request.kind == Kind::Plain {
                     &*ACQUIRE
@@ -192,7 +192,7 @@ where
                 if let Some(owner) = request.owner {
                     invocation.arg(owner);
                 }
-                self.invoke(invocation).await?
+                invocation
             }
             Kind::Fair => {
                 let mut invocation = self.fair_invocation(&FAIR_ACQUIRE, name);
@@ -204,7 +204,7 @@ where
                     .arg(millis(FAIR_SLOT))
                     .arg(self.fair_channel_prefix(name))
                     .arg(millis(HANDOFF_CLAIM));
-                self.invoke(invocation).await?
+                invocation
             }
             Kind::Semaphore { permits } => {
                 let mut invocation = SEMAPHORE_ACQUIRE.call();
@@ -213,9 +213,10 @@ where
                     .arg(request.token)
                     .arg(lease)
                     .arg(permits.get());
-                self.invoke(invocation).await?
+                invocation
             }
         };
+        let (reply, replicated): (Vec<i64>, _) = self.invoke_write(invocation).await?;
         let (taken, value, handoffs) = match reply[..] {
             [taken, value] => (taken, value, 0),
             [taken, value, handoffs] => (taken, value, handoffs),
@@ -226,6 +227,14 @@ where
             }
         };
         match taken {
+            1 if replicated.is_some_and(|r| !r.enough()) => {
+                // A failover could lose it and grant it again: give it back.
+                let replicated = replicated.expect("checked");
+                if let Err(error) = self.release(request.kind, name, request.token).await {
+                    tracing::warn!(lock = %name, %error, "cannot give back a lock too few replicas confirmed; it expires with its lease");
+                }
+                Err(replicated.error())
+            }
             1 => {
                 let fence =
                     if request.fencing && request.kind.fences() {
@@ -279,7 +288,13 @@ where
             .key(self.lock_keys(kind, name).lock)
             .arg(token)
             .arg(millis(lease));
-        let extended: i64 = self.invoke(invocation).await?;
+        let (extended, replicated): (i64, _) = self.invoke_write(invocation).await?;
+        if let Some(replicated) = replicated
+            && extended == 1
+            && !replicated.enough()
+        {
+            return Err(replicated.error());
+        }
         Ok(extended == 1)
     }
 
