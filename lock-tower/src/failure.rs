@@ -1,12 +1,15 @@
 //! What the layers do when the backend fails or a request has no key, and the
 //! counters they keep.
 
+use std::future::Future;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use crossbeam_utils::CachePadded;
 use http::{Response, StatusCode};
+use lock_core::Error;
 
 use crate::key::Missing;
 use crate::response::plain_text;
@@ -24,6 +27,57 @@ pub enum OnBackendFailure {
     /// Decide with a local in-memory backend: the limit or lock then holds per
     /// instance instead of across them.
     Fallback,
+}
+
+/// How a layer treats its backend: the bound on each call, and what to do
+/// when a call fails or runs past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub(crate) policy: OnBackendFailure,
+    pub(crate) timeout: Duration,
+}
+
+/// Why a call to the backend brought no answer to act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The request's key is not a valid name: the client's mistake.
+    InvalidKey(&'static str),
+    /// The layer cannot work as configured (logged at `error`).
+    Misconfigured,
+    /// The backend failed or did not answer in time (counted and logged at
+    /// `warn`): do what the policy says.
+    Backend(OnBackendFailure),
+}
+
+/// Sorts an error from the backend into a [`Fault`], counting and logging
+/// it; `layer` names the layer in the log.
+pub(crate) fn classify(error: Error, failure: Failure, metrics: &Metrics, layer: &str) -> Fault {
+    match error {
+        Error::InvalidName { reason, .. } => Fault::InvalidKey(reason),
+        error if !error.is_backend_failure() => {
+            tracing::error!(%error, layer, "the layer cannot decide as configured");
+            Fault::Misconfigured
+        }
+        error => {
+            metrics.count_backend_failure();
+            tracing::warn!(%error, layer, policy = ?failure.policy, "backend failed");
+            Fault::Backend(failure.policy)
+        }
+    }
+}
+
+/// The one sequence both layers follow for a call to the backend: bound it
+/// by the timeout, then sort any failure ([`classify`]).
+pub(crate) async fn guarded<T>(
+    failure: Failure,
+    metrics: &Metrics,
+    layer: &str,
+    call: impl Future<Output = lock_core::Result<T>>,
+) -> Result<T, Fault> {
+    let answer = tokio::time::timeout(failure.timeout, call)
+        .await
+        .unwrap_or(Err(Error::Timeout(failure.timeout)));
+    answer.map_err(|error| classify(error, failure, metrics, layer))
 }
 
 /// What to do with a request whose key cannot be extracted, or is not a

@@ -79,7 +79,6 @@ impl<'a> RequestParts<'a> {
 
     /// The TCP peer's address, from a [`SocketAddr`] extension or (with the
     /// `axum` feature) axum's `ConnectInfo<SocketAddr>`.
-    #[inline(always)]
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         #[cfg(feature = "axum")]
         if let Some(info) = self

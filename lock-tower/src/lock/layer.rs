@@ -1,6 +1,5 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -8,38 +7,19 @@ use lock_core::backend::MemoryBackend;
 use lock_core::lock::{LockBackend, LockOptions};
 use tower::Layer;
 
+use super::LockVerdict;
+use super::acquire::{Locking, Mode};
 use super::service::LockService;
-use crate::failure::{Metrics, MissingKey, OnBackendFailure};
-use crate::key::{HeadersRead, KeyExtractor};
+use crate::failure::{Failure, Metrics, MissingKey, OnBackendFailure};
+use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 
 /// Default bound on lock calls beyond the wait itself.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Mutex,
-    Concurrency(NonZeroU32),
-}
-
 /// Serializes requests that share a key. See the [module docs](crate::lock).
 #[derive(Debug, Clone)]
 pub struct LockLayer<B, K> {
-    pub(crate) backend: B,
-    pub(crate) fallback: MemoryBackend,
-    pub(crate) key: K,
-    pub(crate) scope: Arc<str>,
-    pub(crate) mode: Mode,
-    pub(crate) options: LockOptions,
-    pub(crate) wait: Duration,
-    pub(crate) busy_status: StatusCode,
-    pub(crate) hold_body: bool,
-    pub(crate) cancel_on_loss: bool,
-    pub(crate) on_failure: OnBackendFailure,
-    pub(crate) missing_key: MissingKey,
-    pub(crate) timeout: Duration,
-    pub(crate) metrics: Arc<Metrics>,
-    /// Whether a key the set-up keeps every request from having was logged.
-    pub(crate) warned: Arc<AtomicBool>,
+    locking: Locking<B, K>,
 }
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
@@ -50,27 +30,31 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// `http:<key>`.
     pub fn new(backend: B, key: K) -> Self {
         LockLayer {
-            backend,
-            fallback: MemoryBackend::new(),
-            key,
-            scope: Arc::from("http"),
-            mode: Mode::Mutex,
-            options: LockOptions::new(),
-            wait: Duration::ZERO,
-            busy_status: StatusCode::LOCKED,
-            hold_body: false,
-            cancel_on_loss: false,
-            on_failure: OnBackendFailure::default(),
-            missing_key: MissingKey::default(),
-            timeout: DEFAULT_LOCK_TIMEOUT,
-            metrics: Arc::default(),
-            warned: Arc::default(),
+            locking: Locking {
+                backend,
+                fallback: MemoryBackend::new(),
+                key,
+                scope: Arc::from("http"),
+                mode: Mode::Mutex,
+                options: LockOptions::new(),
+                wait: Duration::ZERO,
+                busy_status: StatusCode::LOCKED,
+                hold_body: false,
+                cancel_on_loss: false,
+                failure: Failure {
+                    policy: OnBackendFailure::default(),
+                    timeout: DEFAULT_LOCK_TIMEOUT,
+                },
+                missing_key: MissingKey::default(),
+                metrics: Arc::default(),
+                warned: Arc::default(),
+            },
         }
     }
 
     /// Lock names are `<scope>:<key>` (default scope `http`).
     pub fn scope(mut self, scope: &str) -> Self {
-        self.scope = Arc::from(scope);
+        self.locking.scope = Arc::from(scope);
         self
     }
 
@@ -79,40 +63,40 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// wait for one key get it in arrival order; on Redis each release
     /// hands the lock straight to the next of them.
     pub fn lock_options(mut self, options: LockOptions) -> Self {
-        self.options = options;
+        self.locking.options = options;
         self
     }
 
     /// Waits up to `wait` for a busy key, then answers 503 with `Retry-After`.
     /// Zero (the default) refuses at once with the busy status.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.locking.wait = wait;
         self
     }
 
     /// Status of an immediate refusal (default 423 Locked; 409 Conflict is
     /// the other usual choice).
     pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.busy_status = status;
+        self.locking.busy_status = status;
         self
     }
 
     /// Keep the lock until the response body has been sent, not just produced.
     pub fn hold_until_body_sent(mut self, on: bool) -> Self {
-        self.hold_body = on;
+        self.locking.hold_body = on;
         self
     }
 
     /// Cancel the handler (and answer 503) when the lock's lease is lost.
     pub fn cancel_on_lease_loss(mut self, on: bool) -> Self {
-        self.cancel_on_loss = on;
+        self.locking.cancel_on_loss = on;
         self
     }
 
     /// What to do when the backend fails (default fail closed: 503). With
     /// `Fallback`, requests are serialized per instance by a local lock.
     pub fn on_backend_failure(mut self, policy: OnBackendFailure) -> Self {
-        self.on_failure = policy;
+        self.locking.failure.policy = policy;
         self
     }
 
@@ -120,30 +104,36 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// [`MissingKey::Reject`]: 400 with the reason when the request is at
     /// fault, 500 and a log line when the set-up is).
     pub fn on_missing_key(mut self, policy: MissingKey) -> Self {
-        self.missing_key = policy;
+        self.locking.missing_key = policy;
         self
     }
 
     /// Bound on lock calls beyond the wait (default 500 ms): a hung backend
     /// never holds a request longer than `wait + timeout`.
     pub fn decision_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.locking.failure.timeout = timeout;
         self
     }
 
     /// The counters of this layer and every service it made.
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.metrics.clone()
+        self.locking.metrics.clone()
     }
 
     /// Whether handlers are cancelled when the lease is lost.
     pub fn cancels_on_lease_loss(&self) -> bool {
-        self.cancel_on_loss
+        self.locking.cancel_on_loss
     }
 
     /// The header fields the key extractor reads.
     pub fn headers_read(&self) -> HeadersRead<'_> {
-        self.key.headers_read()
+        self.locking.key.headers_read()
+    }
+
+    /// Takes the lock for `request` as the layer's services do: the building
+    /// block of framework adapters (axum extractors, actix-web middleware).
+    pub async fn acquire(&self, request: RequestParts<'_>) -> LockVerdict {
+        self.locking.acquire(request).await
     }
 }
 
@@ -151,7 +141,7 @@ impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
     type Service = LockService<S, B, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        LockService::new(inner, Arc::new(self.clone()))
+        LockService::new(inner, Arc::new(self.locking.clone()))
     }
 }
 
@@ -168,17 +158,17 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
         let mut layer = LockLayer::new(backend, key)
             .scope("http-concurrency")
             .busy_status(StatusCode::SERVICE_UNAVAILABLE);
-        layer.mode = Mode::Concurrency(permits);
+        layer.locking.mode = Mode::Concurrency(permits);
         ConcurrencyLimitLayer(layer)
     }
 
     /// Adjusts the underlying [`LockLayer`] options (wait, statuses, failure
     /// policy, ...). Fencing options are ignored.
     pub fn configure(self, f: impl FnOnce(LockLayer<B, K>) -> LockLayer<B, K>) -> Self {
-        let mode = self.0.mode;
+        let mode = self.0.locking.mode;
         let mut layer = f(self.0);
-        layer.mode = mode;
-        layer.options = layer.options.fencing(false).fair(false);
+        layer.locking.mode = mode;
+        layer.locking.options = layer.locking.options.fencing(false).fair(false);
         ConcurrencyLimitLayer(layer)
     }
 
@@ -189,7 +179,7 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
 
     /// Whether handlers are cancelled when the lease is lost.
     pub fn cancels_on_lease_loss(&self) -> bool {
-        self.0.cancel_on_loss
+        self.0.cancels_on_lease_loss()
     }
 
     /// The header fields the key extractor reads.
@@ -198,7 +188,7 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
     }
 
     /// Takes a permit for `request` as the layer's services do.
-    pub async fn acquire(&self, request: crate::key::RequestParts<'_>) -> super::LockVerdict {
+    pub async fn acquire(&self, request: RequestParts<'_>) -> LockVerdict {
         self.0.acquire(request).await
     }
 }

@@ -30,6 +30,7 @@ use http::Response;
 
 use crate::body::Held;
 
+mod acquire;
 mod future;
 mod layer;
 mod service;

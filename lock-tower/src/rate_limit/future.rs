@@ -33,9 +33,8 @@ enum State<S: Service<Request<ReqBody>>, ReqBody> {
     Calling {
         #[pin]
         future: S::Future,
-        /// Boxed: the future is moved by value several times per request,
-        /// and most of those moves would carry the fields' room for
-        /// nothing when none are sent.
+        /// Boxed: most responses carry none, and the future is moved by
+        /// value before it is polled.
         fields: Option<Box<Fields>>,
     },
     Ready {
@@ -79,7 +78,6 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
 impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
     /// Decided at once: the inner service is already called, and `fields`
     /// go on its response.
-    #[inline(always)]
     pub(super) fn calling(future: S::Future, fields: Option<Fields>) -> Self {
         ResponseFuture {
             state: State::Calling {
@@ -106,28 +104,7 @@ where
 {
     type Output = Result<Response<ResBody>, S::Error>;
 
-    #[inline]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // The common case inline: the inner service already called.
-        if let StateProj::Calling { future, fields } = self.as_mut().project().state.project() {
-            return poll_calling(future, fields, cx);
-        }
-        self.poll_other(cx)
-    }
-}
-
-impl<S, ReqBody, ResBody> ResponseFuture<S, ReqBody>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: From<Bytes>,
-{
-    /// Every state but a call of the inner service: out of line, so that
-    /// the common poll stays short.
-    #[inline(never)]
-    fn poll_other(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Response<ResBody>, S::Error>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
@@ -153,7 +130,11 @@ where
                     this.state.set(State::Calling { future, fields });
                 }
                 StateProj::Calling { future, fields } => {
-                    return poll_calling(future, fields, cx);
+                    let mut response = ready!(future.poll(cx))?;
+                    if let Some(fields) = fields.take() {
+                        (*fields).insert_into(response.headers_mut());
+                    }
+                    return Poll::Ready(Ok(response));
                 }
                 StateProj::Ready { response } => {
                     let Some(response) = response.take() else {
@@ -165,30 +146,4 @@ where
             }
         }
     }
-}
-
-/// Polls the inner service's future, and adds `fields` to its response.
-///
-/// The state is left as it is: dropping the finished future here would
-/// only do early what dropping the response future does anyway, and a
-/// future polled after it finished is the inner future's to answer for.
-#[inline(always)]
-fn poll_calling<F, B, E>(
-    future: Pin<&mut F>,
-    fields: &mut Option<Box<Fields>>,
-    cx: &mut Context<'_>,
-) -> Poll<Result<Response<B>, E>>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    if fields.is_none() {
-        // Nothing to add (a decision without fields, or fields already
-        // added): the inner future's answer as it is.
-        return future.poll(cx);
-    }
-    let mut response = ready!(future.poll(cx))?;
-    if let Some(fields) = fields.take() {
-        (*fields).insert_into(response.headers_mut());
-    }
-    Poll::Ready(Ok(response))
 }

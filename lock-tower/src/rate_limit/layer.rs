@@ -1,3 +1,5 @@
+//! The rate-limit layer: its settings, and the services it makes.
+
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -10,13 +12,11 @@ use lock_core::rate::{Decision, RateBackend, RateLimiter};
 use tower::Layer;
 
 use super::RateVerdict;
-use super::service::{ErasedDecision, RateLimit};
-use crate::failure::{Metrics, MissingKey, OnBackendFailure};
+use super::decide::{ErasedDecision, Limit};
+use super::service::RateLimit;
+use crate::failure::{Failure, Metrics, MissingKey, OnBackendFailure};
 use crate::headers;
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
-
-pub(super) type CostFn = Arc<dyn Fn(RequestParts<'_>) -> u32 + Send + Sync>;
-pub(super) type RefusalFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
 
 /// Default bound on one decision; past it the backend counts as failed.
 pub const DEFAULT_DECISION_TIMEOUT: Duration = Duration::from_millis(500);
@@ -24,81 +24,29 @@ pub const DEFAULT_DECISION_TIMEOUT: Duration = Duration::from_millis(500);
 /// Applies a distributed rate limit to every request. See the
 /// [module docs](crate::rate_limit).
 pub struct RateLimitLayer<B, K> {
-    pub(super) shared: Arc<Shared<B, K>>,
+    limit: Arc<Limit<B, K>>,
 }
 
 impl<B, K> Clone for RateLimitLayer<B, K> {
     fn clone(&self) -> Self {
         RateLimitLayer {
-            shared: self.shared.clone(),
+            limit: self.limit.clone(),
         }
     }
 }
 
 impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.shared;
+        let l = &self.limit;
         f.debug_struct("RateLimitLayer")
-            .field("limiter", &s.limiter)
-            .field("key", &s.key)
-            .field("on_failure", &s.on_failure)
-            .field("missing_key", &s.missing_key)
-            .field("timeout", &s.timeout)
-            .field("legacy", &s.legacy)
-            .field("headers_on_success", &s.on_success)
+            .field("limiter", &l.limiter)
+            .field("key", &l.key)
+            .field("on_failure", &l.failure.policy)
+            .field("missing_key", &l.missing_key)
+            .field("timeout", &l.failure.timeout)
+            .field("legacy", &l.legacy)
+            .field("headers_on_success", &l.on_success)
             .finish_non_exhaustive()
-    }
-}
-
-/// What every service of one layer shares.
-///
-/// Aligned so that it starts two cache lines after the `Arc`'s reference
-/// counts (as `crossbeam`'s `CachePadded` aligns on x86-64): a router
-/// clones the service, and so bumps the counts, on every request, and the
-/// worker threads reading this state would otherwise lose the line to one
-/// another each time.
-///
-/// In C's layout, so that the fields every request reads come first, in
-/// the first two lines (a limiter of the memory backend fills one line),
-/// and those read only on refusals, failures or with fields after them.
-#[repr(C, align(128))]
-pub(crate) struct Shared<B, K> {
-    pub(super) limiter: RateLimiter<B>,
-    pub(super) cost: Option<CostFn>,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) on_success: bool,
-    pub(super) key: K,
-    /// The local limiter a `Fallback` policy decides with.
-    pub(super) fallback: Option<RateLimiter<MemoryBackend>>,
-    pub(super) refusal: Option<RefusalFn>,
-    pub(super) on_failure: OnBackendFailure,
-    pub(super) missing_key: MissingKey,
-    pub(super) timeout: Duration,
-    pub(super) legacy: bool,
-    pub(super) policy_value: HeaderValue,
-    pub(super) labels: Vec<String>,
-    /// Whether a key the set-up keeps every request from having was logged.
-    pub(super) warned: AtomicBool,
-}
-
-impl<B: Clone, K: Clone> Clone for Shared<B, K> {
-    fn clone(&self) -> Self {
-        Shared {
-            limiter: self.limiter.clone(),
-            fallback: self.fallback.clone(),
-            key: self.key.clone(),
-            cost: self.cost.clone(),
-            refusal: self.refusal.clone(),
-            on_failure: self.on_failure,
-            missing_key: self.missing_key,
-            timeout: self.timeout,
-            legacy: self.legacy,
-            on_success: self.on_success,
-            policy_value: self.policy_value.clone(),
-            labels: self.labels.clone(),
-            metrics: self.metrics.clone(),
-            warned: AtomicBool::new(false),
-        }
     }
 }
 
@@ -118,15 +66,17 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         let policy_value = headers::policy_value(limiter.policy());
         let labels = headers::quota_labels(limiter.policy());
         RateLimitLayer {
-            shared: Arc::new(Shared {
+            limit: Arc::new(Limit {
                 limiter,
-                fallback,
                 key,
                 cost: None,
                 refusal: None,
-                on_failure: OnBackendFailure::default(),
+                failure: Failure {
+                    policy: OnBackendFailure::default(),
+                    timeout: DEFAULT_DECISION_TIMEOUT,
+                },
+                fallback,
                 missing_key: MissingKey::default(),
-                timeout: DEFAULT_DECISION_TIMEOUT,
                 legacy: false,
                 on_success: true,
                 policy_value,
@@ -137,15 +87,15 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         }
     }
 
-    fn with(mut self, f: impl FnOnce(&mut Shared<B, K>)) -> Self {
-        f(Arc::make_mut(&mut self.shared));
+    fn with(mut self, f: impl FnOnce(&mut Limit<B, K>)) -> Self {
+        f(Arc::make_mut(&mut self.limit));
         self
     }
 
     /// The cost of each request (default 1; 0 only looks). A cost above the
     /// smallest limit answers 500: it could never be allowed.
     pub fn cost(self, cost: impl Fn(RequestParts<'_>) -> u32 + Send + Sync + 'static) -> Self {
-        self.with(|s| s.cost = Some(Arc::new(cost)))
+        self.with(|l| l.cost = Some(Arc::new(cost)))
     }
 
     /// Builds the 429 response (the rate-limit headers are added to it).
@@ -153,19 +103,19 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self,
         refusal: impl Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
     ) -> Self {
-        self.with(|s| s.refusal = Some(Arc::new(refusal)))
+        self.with(|l| l.refusal = Some(Arc::new(refusal)))
     }
 
     /// What to do when the backend fails (default [`OnBackendFailure::FailClosed`]).
     pub fn on_backend_failure(self, policy: OnBackendFailure) -> Self {
-        self.with(|s| s.on_failure = policy)
+        self.with(|l| l.failure.policy = policy)
     }
 
     /// What to do with a request without a usable key (default
     /// [`MissingKey::Reject`]: 400 with the reason when the request is at
     /// fault, 500 and a log line when the set-up is).
     pub fn on_missing_key(self, policy: MissingKey) -> Self {
-        self.with(|s| s.missing_key = policy)
+        self.with(|l| l.missing_key = policy)
     }
 
     /// Longest wait for a decision (default 500 ms); a hung backend never
@@ -175,56 +125,56 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     /// still decides it: its cost counts against the caller even though
     /// the layer stopped waiting for the answer.
     pub fn decision_timeout(self, timeout: Duration) -> Self {
-        self.with(|s| s.timeout = timeout)
+        self.with(|l| l.failure.timeout = timeout)
     }
 
     /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
     pub fn legacy_headers(self, on: bool) -> Self {
-        self.with(|s| s.legacy = on)
+        self.with(|l| l.legacy = on)
     }
 
     /// Whether allowed responses carry the rate-limit fields too (default
     /// `true`, so clients can pace themselves). Refusals always carry them,
     /// with `Retry-After`.
     pub fn headers_on_success(self, on: bool) -> Self {
-        self.with(|s| s.on_success = on)
+        self.with(|l| l.on_success = on)
     }
 
     /// The counters of this layer and every service it made.
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.shared.metrics.clone()
+        self.limit.metrics.clone()
     }
 
     /// The header fields a decision reads: the key extractor's, or all of
     /// them when a [`cost`](Self::cost) function is set (it may read any).
     pub fn headers_read(&self) -> HeadersRead<'_> {
-        match self.shared.cost {
+        match self.limit.cost {
             Some(_) => HeadersRead::All,
-            None => self.shared.key.headers_read(),
+            None => self.limit.key.headers_read(),
         }
     }
 
     /// The limiter.
     pub fn limiter(&self) -> &RateLimiter<B> {
-        &self.shared.limiter
+        &self.limit.limiter
     }
 
     /// Decides for `request` as the layer's services do: the building block
     /// of framework adapters (axum extractors, actix-web middleware).
     pub async fn decide(&self, request: RequestParts<'_>) -> RateVerdict {
-        self.shared.decide_for(request).await
+        self.limit.decide_for(request).await
     }
 
     /// [`decide`](Self::decide) for type-erased callers, without boxing a
     /// verdict that is reached at once.
     pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
-        self.shared.decide_erased(request)
+        self.limit.decide_erased(request)
     }
 
     /// Adds the rate-limit fields of `decision` to `headers` (for an allowed
     /// decision, only if [`headers_on_success`](Self::headers_on_success)).
     pub fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
-        self.shared.apply_headers(headers, decision);
+        self.limit.apply_headers(headers, decision);
     }
 
     /// Hands `f` each field [`apply_headers`](Self::apply_headers) would add,
@@ -254,7 +204,7 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         decision: &Decision,
         f: impl FnMut(&http::HeaderName, HeaderValue),
     ) {
-        if let Some(fields) = self.shared.fields(decision) {
+        if let Some(fields) = self.limit.fields(decision) {
             fields.for_each(f);
         }
     }
@@ -264,6 +214,6 @@ impl<S, B: RateBackend, K: KeyExtractor> Layer<S> for RateLimitLayer<B, K> {
     type Service = RateLimit<S, B, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, self.shared.clone())
+        RateLimit::new(inner, self.limit.clone())
     }
 }

@@ -26,6 +26,7 @@
 //! # let _ = layer;
 //! ```
 
+mod decide;
 mod future;
 mod layer;
 mod service;
@@ -34,9 +35,9 @@ use bytes::Bytes;
 use http::Response;
 use lock_core::rate::Decision;
 
+pub(crate) use self::decide::ErasedDecision;
 pub use self::future::ResponseFuture;
 pub use self::layer::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer};
-pub(crate) use self::service::ErasedDecision;
 pub use self::service::RateLimit;
 
 /// What a [`RateLimitLayer`] decided for one request.

@@ -1,0 +1,188 @@
+//! A lock layer's settings and its acquisition for one request: key from
+//! the request, the lock (or permit) taken, with the failure and
+//! missing-key policies applied. Shared by the tower service and the
+//! framework adapters.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use http::header::RETRY_AFTER;
+use http::{HeaderValue, StatusCode};
+use lock_core::backend::MemoryBackend;
+use lock_core::lock::{Lock, LockBackend, LockGuard, LockOptions, Semaphore};
+
+use super::{HeldLock, LockVerdict as Verdict};
+use crate::body::Held;
+use crate::failure::{Failure, Fault, Metrics, MissingKey, OnBackendFailure, guarded, no_key};
+use crate::headers::retry_after;
+use crate::key::{KeyExtractor, Missing, RequestParts};
+use crate::response::{plain, unavailable};
+
+/// One lock per key, or up to N permits per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Mutex,
+    Concurrency(NonZeroU32),
+}
+
+/// What a lock layer takes, and how: what every service of one layer
+/// shares, and what the layer's setters change.
+#[derive(Debug, Clone)]
+pub(crate) struct Locking<B, K> {
+    pub(crate) backend: B,
+    pub(crate) fallback: MemoryBackend,
+    pub(crate) key: K,
+    pub(crate) scope: Arc<str>,
+    pub(crate) mode: Mode,
+    pub(crate) options: LockOptions,
+    pub(crate) wait: Duration,
+    pub(crate) busy_status: StatusCode,
+    pub(crate) hold_body: bool,
+    pub(crate) cancel_on_loss: bool,
+    pub(crate) failure: Failure,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Whether a key the set-up keeps every request from having was logged.
+    pub(crate) warned: Arc<AtomicBool>,
+}
+
+/// Takes the lock (or a permit) `name` on `backend`.
+async fn take<BK: LockBackend>(
+    backend: BK,
+    mode: Mode,
+    options: LockOptions,
+    name: &str,
+    wait: Duration,
+) -> lock_core::Result<Option<LockGuard<BK>>> {
+    match mode {
+        Mode::Mutex => Lock::with_options(backend, name, options)?.lock(wait).await,
+        Mode::Concurrency(permits) => {
+            Semaphore::with_options(backend, name, permits, options)?
+                .acquire(wait)
+                .await
+        }
+    }
+}
+
+fn held<BK: LockBackend>(guard: LockGuard<BK>) -> HeldLock {
+    let lost = Box::pin(guard.lost_owned());
+    HeldLock {
+        guard: Box::new(guard),
+        lost,
+        release: release_guard::<BK>,
+    }
+}
+
+fn release_guard<BK: LockBackend>(guard: Held) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        if let Ok(guard) = guard.downcast::<LockGuard<BK>>()
+            && let Err(error) = guard.release().await
+        {
+            tracing::warn!(%error, "lock release failed; it expires with its lease");
+        }
+    })
+}
+
+impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
+    fn no_key(&self, missing: &Missing) -> Verdict {
+        self.metrics.count_missing_key();
+        match no_key(self.missing_key, missing, "lock", &self.warned) {
+            None => Verdict::Proceed(None),
+            Some(response) => Verdict::Respond(response),
+        }
+    }
+
+    fn busy(&self) -> Verdict {
+        self.metrics.count_refused();
+        let (status, text, retry) = if self.wait.is_zero() {
+            (
+                self.busy_status,
+                "Busy: another request holds this key\n",
+                HeaderValue::from_static("1"),
+            )
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Busy: another request held this key too long\n",
+                retry_after(self.wait),
+            )
+        };
+        let mut response = plain(status, text);
+        response.headers_mut().insert(RETRY_AFTER, retry);
+        Verdict::Respond(response)
+    }
+
+    fn proceed<BK: LockBackend>(&self, taken: Option<LockGuard<BK>>) -> Verdict {
+        match taken {
+            Some(guard) => {
+                self.metrics.count_allowed();
+                Verdict::Proceed(Some(held(guard)))
+            }
+            None => self.busy(),
+        }
+    }
+
+    /// Takes the lock for `request` as the layer's services do.
+    pub(crate) async fn acquire(&self, request: RequestParts<'_>) -> Verdict {
+        match self.key.extract(request) {
+            Some(key) => self.acquire_key(key).await,
+            None => self.missing(),
+        }
+    }
+
+    /// The verdict for a request without a key.
+    pub(crate) fn missing(&self) -> Verdict {
+        self.no_key(&self.key.missing())
+    }
+
+    /// Takes the lock of `key`, within the wait and the decision timeout.
+    pub(crate) async fn acquire_key(&self, key: String) -> Verdict {
+        let name = format!("{}:{key}", self.scope);
+        let bound = Failure {
+            timeout: self.wait + self.failure.timeout,
+            ..self.failure
+        };
+        let taking = take(
+            self.backend.clone(),
+            self.mode,
+            self.options,
+            &name,
+            self.wait,
+        );
+        match guarded(bound, &self.metrics, "lock", taking).await {
+            Ok(taken) => self.proceed(taken),
+            Err(Fault::InvalidKey(reason)) => {
+                self.no_key(&Missing::request(format!("the request's key {reason}")))
+            }
+            Err(Fault::Misconfigured) => Verdict::Respond(plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Lock misconfigured\n",
+            )),
+            Err(Fault::Backend(OnBackendFailure::FailOpen)) => {
+                self.metrics.count_allowed();
+                Verdict::Proceed(None)
+            }
+            // Serialized per instance by a lock of this process.
+            Err(Fault::Backend(OnBackendFailure::Fallback)) => {
+                let local = take(
+                    self.fallback.clone(),
+                    self.mode,
+                    self.options,
+                    &name,
+                    self.wait,
+                );
+                match local.await {
+                    Ok(taken) => self.proceed(taken),
+                    Err(_) => Verdict::Respond(unavailable()),
+                }
+            }
+            Err(Fault::Backend(_)) => {
+                self.metrics.count_refused();
+                Verdict::Respond(unavailable())
+            }
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! A rate limit's settings and its decision for one request: key and cost
+//! from the request, one check, and the verdict, with the failure and
+//! missing-key policies applied. Shared by the tower service and the
+//! framework adapters.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use bytes::Bytes;
+use futures_util::future::Either;
+use http::{HeaderValue, Response, StatusCode};
+use lock_core::backend::MemoryBackend;
+use lock_core::rate::{Caller, Decision, RateBackend, RateLimiter};
+
+use super::RateVerdict as Verdict;
+use crate::failure::{
+    Failure, Fault, Metrics, MissingKey, OnBackendFailure, classify, guarded, no_key,
+};
+use crate::headers;
+use crate::key::{KeyExtractor, Missing, RequestParts};
+use crate::response::{plain, unavailable};
+
+pub(super) type CostFn = Arc<dyn Fn(RequestParts<'_>) -> u32 + Send + Sync>;
+pub(super) type RefusalFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
+
+/// A decision for a type-erased caller: ready at once, or boxed.
+pub(crate) type ErasedDecision<'a> =
+    Either<std::future::Ready<Verdict>, futures_util::future::BoxFuture<'a, Verdict>>;
+
+/// What a rate limit enforces and how: what every service of one layer
+/// shares, and what the layer's setters change.
+pub(crate) struct Limit<B, K> {
+    pub(super) limiter: RateLimiter<B>,
+    pub(super) key: K,
+    pub(super) cost: Option<CostFn>,
+    pub(super) refusal: Option<RefusalFn>,
+    pub(super) failure: Failure,
+    /// The local limiter a `Fallback` policy decides with.
+    pub(super) fallback: Option<RateLimiter<MemoryBackend>>,
+    pub(super) missing_key: MissingKey,
+    pub(super) legacy: bool,
+    pub(super) on_success: bool,
+    pub(super) policy_value: HeaderValue,
+    pub(super) labels: Vec<String>,
+    pub(super) metrics: Arc<Metrics>,
+    /// Whether a key the set-up keeps every request from having was logged.
+    pub(super) warned: AtomicBool,
+}
+
+impl<B: Clone, K: Clone> Clone for Limit<B, K> {
+    fn clone(&self) -> Self {
+        Limit {
+            limiter: self.limiter.clone(),
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            refusal: self.refusal.clone(),
+            failure: self.failure,
+            fallback: self.fallback.clone(),
+            missing_key: self.missing_key,
+            legacy: self.legacy,
+            on_success: self.on_success,
+            policy_value: self.policy_value.clone(),
+            labels: self.labels.clone(),
+            metrics: self.metrics.clone(),
+            warned: AtomicBool::new(false),
+        }
+    }
+}
+
+/// How a decision starts: settled at once, or to ask the backend for.
+pub(super) enum Start {
+    Now(Now),
+    Ask { key: String, cost: u32 },
+}
+
+/// A decision reached without waiting.
+pub(super) enum Now {
+    /// Allowed, with no fields to send.
+    Allowed,
+    Decided(Decision),
+    NoKey,
+    Fault(Fault),
+}
+
+impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
+    /// Decides `request` at once when it has no key or the backend decides
+    /// without waiting (in memory); otherwise hands back the key to ask
+    /// with, copied out of the request.
+    pub(super) fn start(&self, request: RequestParts<'_>) -> Start {
+        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
+        self.key.with_caller(request, |caller| {
+            let Some(caller) = caller else {
+                return Start::Now(Now::NoKey);
+            };
+            match self.limiter.check_now(caller, cost) {
+                Some(Ok(decision)) if decision.allowed && !self.on_success => {
+                    Start::Now(Now::Allowed)
+                }
+                Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
+                Some(Err(error)) => {
+                    match classify(error, self.failure, &self.metrics, "rate-limit") {
+                        // The failure policy applies on the asynchronous path.
+                        Fault::Backend(_) => ask(caller, cost),
+                        fault => Start::Now(Now::Fault(fault)),
+                    }
+                }
+                None => ask(caller, cost),
+            }
+        })
+    }
+
+    /// The verdict of a decision reached without waiting.
+    pub(super) fn settle(&self, now: Now) -> Verdict {
+        match now {
+            Now::Allowed => {
+                self.metrics.count_allowed();
+                Verdict::Allow(None)
+            }
+            Now::Decided(decision) => self.verdict(decision),
+            Now::NoKey => self.no_key(&self.key.missing()),
+            Now::Fault(fault) => self.fault(fault),
+        }
+    }
+
+    /// One decision for `key` from the backend, bounded by the decision
+    /// timeout, with the failure policy applied.
+    pub(super) async fn decide(&self, key: String, cost: u32) -> Verdict {
+        let check = self.limiter.check_cost(&key, cost);
+        match guarded(self.failure, &self.metrics, "rate-limit", check).await {
+            Ok(decision) => self.verdict(decision),
+            Err(Fault::Backend(OnBackendFailure::Fallback)) => {
+                let fallback = self.fallback.as_ref().map(|f| f.check_cost(&key, cost));
+                match fallback {
+                    Some(fallback) => match fallback.await {
+                        Ok(decision) => self.verdict(decision),
+                        Err(_) => self.fault(Fault::Backend(OnBackendFailure::FailClosed)),
+                    },
+                    None => self.fault(Fault::Backend(OnBackendFailure::FailClosed)),
+                }
+            }
+            Err(fault) => self.fault(fault),
+        }
+    }
+
+    /// Extracts the key and cost of `request` and decides.
+    pub(crate) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
+        match self.start(request) {
+            Start::Now(now) => self.settle(now),
+            Start::Ask { key, cost } => self.decide(key, cost).await,
+        }
+    }
+
+    /// As [`decide_for`](Self::decide_for), for type-erased callers: a
+    /// verdict reached at once comes back ready, without boxing a future.
+    pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
+        match self.start(request) {
+            Start::Now(now) => Either::Left(std::future::ready(self.settle(now))),
+            Start::Ask { key, cost } => Either::Right(Box::pin(self.decide(key, cost))),
+        }
+    }
+
+    fn verdict(&self, decision: Decision) -> Verdict {
+        if decision.allowed {
+            self.metrics.count_allowed();
+            Verdict::Allow(Some(decision))
+        } else {
+            self.metrics.count_refused();
+            let mut response = match &self.refusal {
+                Some(refusal) => refusal(&decision),
+                None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n"),
+            };
+            self.apply_headers(response.headers_mut(), &decision);
+            Verdict::Limited { decision, response }
+        }
+    }
+
+    fn no_key(&self, missing: &Missing) -> Verdict {
+        self.metrics.count_missing_key();
+        match no_key(self.missing_key, missing, "rate-limit", &self.warned) {
+            None => Verdict::Allow(None),
+            Some(response) => Verdict::Respond(response),
+        }
+    }
+
+    /// The verdict for a call that brought no decision.
+    fn fault(&self, fault: Fault) -> Verdict {
+        match fault {
+            Fault::InvalidKey(reason) => {
+                self.no_key(&Missing::request(format!("the request's key {reason}")))
+            }
+            Fault::Misconfigured => Verdict::Respond(plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Rate limit misconfigured\n",
+            )),
+            Fault::Backend(OnBackendFailure::FailOpen) => {
+                self.metrics.count_allowed();
+                Verdict::Allow(None)
+            }
+            Fault::Backend(_) => {
+                self.metrics.count_refused();
+                Verdict::Respond(unavailable())
+            }
+        }
+    }
+
+    /// The fields a response to `decision` carries, if any.
+    pub(crate) fn fields(&self, decision: &Decision) -> Option<headers::Fields> {
+        (!decision.allowed || self.on_success)
+            .then(|| headers::Fields::new(&self.labels, &self.policy_value, decision, self.legacy))
+    }
+
+    pub(crate) fn apply_headers(&self, headers: &mut http::HeaderMap, decision: &Decision) {
+        if let Some(fields) = self.fields(decision) {
+            fields.insert_into(headers);
+        }
+    }
+}
+
+/// A decision to ask the backend for, with the key copied out of the
+/// request.
+fn ask(caller: Caller<'_>, cost: u32) -> Start {
+    Start::Ask {
+        key: caller.to_string(),
+        cost,
+    }
+}
+
+impl<B: RateBackend, K: KeyExtractor> super::future::MakeFields for Limit<B, K> {
+    fn fields(&self, decision: &Decision) -> Option<headers::Fields> {
+        Limit::fields(self, decision)
+    }
+}
