@@ -25,9 +25,11 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use std::sync::Arc;
 
+use super::config::RedisConfig;
 use super::pubsub::Subscriber;
-use super::redis::{RedisBackend, RedisConfig, check_server};
+use super::redis::RedisBackend;
 use super::replicas::{Dedicated, Open};
+use super::version::check_server;
 use crate::error::{Error, Result};
 
 /// A [`RedisBackend`] over a Redis Cluster.

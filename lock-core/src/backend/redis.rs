@@ -6,101 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::FromRedisValue;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 
+use super::config::{RedisConfig, manager_config};
 use super::pubsub::{Subscriber, Subscription};
 use super::replicas::{Dedicated, Open, SyncReplicas};
 use super::script::{Invocation, no_script};
+use super::version::check_server;
 use crate::error::{Error, Result};
 use crate::key::{KeySpace, Name};
-
-/// Settings of a [`RedisBackend`].
-///
-/// With [`sync_replicas`](Self::sync_replicas), every lock, semaphore and
-/// stock write of the backend waits for replicas to confirm it (see
-/// [`RedisBackend::sync_replicas`]).
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::backend::RedisConfig;
-///
-/// let config = RedisConfig::default()
-///     .prefix("shop:")
-///     .unwrap()
-///     .response_timeout(Duration::from_millis(500));
-/// assert_eq!(config.keyspace().prefix(), "shop:");
-/// ```
-#[derive(Clone, Debug)]
-pub struct RedisConfig {
-    keyspace: KeySpace,
-    response_timeout: Duration,
-    connect_timeout: Duration,
-    sync: Option<SyncReplicas>,
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            keyspace: KeySpace::default(),
-            response_timeout: Duration::from_secs(2),
-            connect_timeout: Duration::from_secs(2),
-            sync: None,
-        }
-    }
-}
-
-impl RedisConfig {
-    /// Prefix of every key written (default [`DEFAULT_PREFIX`](crate::key::DEFAULT_PREFIX)).
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`] for a prefix with braces, control characters or
-    /// more than [`MAX_PREFIX_LEN`](crate::key::MAX_PREFIX_LEN) bytes.
-    pub fn prefix(mut self, prefix: impl AsRef<str>) -> Result<Self> {
-        self.keyspace = KeySpace::new(prefix)?;
-        Ok(self)
-    }
-
-    /// Longest wait for any one reply (default 2 s). A call that takes longer
-    /// fails with [`Error::Timeout`], and its outcome is unknown: a command
-    /// already sent may still be carried out, and one still queued on the
-    /// connection when the wait ends is not sent at all. Retry stock
-    /// operations with the same operation or order id, which replays the
-    /// first outcome. Locks give back what a timed-out acquire may have
-    /// taken, in the background, within this same bound. Zero is taken as 1 ms.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Longest wait for a connection to be made (default 2 s). Zero is taken as 1 ms.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Makes every lock, semaphore and stock write wait until `replicas`
-    /// replicas confirmed it, for at most `timeout` (see
-    /// [`RedisBackend::sync_replicas`]). 0 replicas turns it off.
-    pub fn sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.sync = (replicas > 0).then_some(SyncReplicas { replicas, timeout });
-        self
-    }
-
-    /// The key space.
-    pub fn keyspace(&self) -> &KeySpace {
-        &self.keyspace
-    }
-
-    /// The response timeout.
-    pub fn get_response_timeout(&self) -> Duration {
-        self.response_timeout
-    }
-
-    /// The connect timeout.
-    pub fn get_connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-}
 
 /// A Redis backend: one shared multiplexed connection (cloning the backend
 /// shares it), plus one shared pub/sub subscriber for lock wake-ups.
@@ -205,64 +119,6 @@ impl Replicated {
             acknowledged: self.acknowledged,
             needed: self.needed,
         }
-    }
-}
-
-/// How the shared connection to one server is kept: timeouts as `config`
-/// says, two retries.
-pub(super) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_response_timeout(Some(config.response_timeout))
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_number_of_retries(2)
-        .set_max_delay(config.connect_timeout)
-}
-
-/// The oldest Redis supported: the scripts read the server's clock
-/// (`TIME`) before they write, which Redis allows from 5.0 on.
-pub const MIN_REDIS_VERSION: &str = "5.0";
-
-/// The `major.minor` of a `redis_version:` line in `INFO server`'s answer.
-fn server_version(info: &str) -> Option<(u32, u32, &str)> {
-    let version = info
-        .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))?
-        .trim();
-    let mut parts = version.split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor, version))
-}
-
-/// Asks the server on `conn` its version, within `timeout`, and refuses one
-/// older than [`MIN_REDIS_VERSION`]. The major version, if the server said.
-pub(super) async fn check_server(
-    conn: &mut impl ConnectionLike,
-    timeout: Duration,
-) -> Result<Option<u32>> {
-    let mut info = redis::cmd("INFO");
-    info.arg("server");
-    let info = match tokio::time::timeout(timeout, info.query_async::<String>(conn)).await {
-        Ok(Ok(info)) => info,
-        Ok(Err(error)) if error.code() == Some("NOPERM") => {
-            tracing::warn!(%error, "cannot read the Redis version (INFO is not allowed); {MIN_REDIS_VERSION} or later is needed");
-            return Ok(None);
-        }
-        Ok(Err(error)) => return Err(error.into()),
-        Err(_) => return Err(Error::Timeout(timeout)),
-    };
-    check_version(&info)?;
-    Ok(server_version(&info).map(|(major, ..)| major))
-}
-
-/// Refuses a server older than [`MIN_REDIS_VERSION`], given its `INFO`.
-fn check_version(info: &str) -> Result<()> {
-    match server_version(info) {
-        Some((major, _, version)) if major < 5 => Err(Error::UnsupportedServer {
-            version: version.to_owned(),
-            minimum: MIN_REDIS_VERSION,
-        }),
-        _ => Ok(()),
     }
 }
 
@@ -423,7 +279,7 @@ where
     ///
     /// # Errors
     /// [`Error::UnsupportedServer`] for a server older than
-    /// [`MIN_REDIS_VERSION`]; backend failures.
+    /// [`MIN_REDIS_VERSION`](super::MIN_REDIS_VERSION); backend failures.
     pub async fn check_server(&self) -> Result<()> {
         check_server(&mut self.conn.clone(), self.timeout)
             .await
@@ -464,29 +320,5 @@ where
 
     pub(crate) fn subscription(&self, channel: String) -> Option<Subscription> {
         self.subscriber.as_ref().map(|s| s.register(channel))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn servers_before_five_are_refused() {
-        let info = |v: &str| format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n");
-        for old in ["2.8.24", "3.2.12", "4.0.14"] {
-            match check_version(&info(old)) {
-                Err(Error::UnsupportedServer { version, minimum }) => {
-                    assert_eq!((version.as_str(), minimum), (old, MIN_REDIS_VERSION));
-                }
-                other => panic!("{old}: {other:?}"),
-            }
-        }
-        for new in ["5.0.0", "6.2.14", "7.0.15", "7.2.4", "8.0.2"] {
-            assert!(check_version(&info(new)).is_ok(), "{new}");
-        }
-        // A server that does not say is given the benefit of the doubt.
-        assert!(check_version("# Server\r\n").is_ok());
-        assert_eq!(server_version(&info("7.0.15")), Some((7, 0, "7.0.15")));
     }
 }

@@ -23,9 +23,11 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::config::{RedisConfig, manager_config};
 use super::pubsub::Subscriber;
-use super::redis::{RedisBackend, RedisConfig, check_server, manager_config};
+use super::redis::RedisBackend;
 use super::replicas::{Dedicated, Open};
+use super::version::check_server;
 use crate::error::{Error, Result};
 
 /// A [`RedisBackend`] that follows the master the Sentinels name.

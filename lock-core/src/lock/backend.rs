@@ -1,0 +1,190 @@
+//! What a store must do to keep locks ([`LockBackend`]), and what it
+//! answers.
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::key::Name;
+
+/// Result of one acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attempt {
+    /// The lock is ours.
+    Acquired {
+        /// The fencing token, when one was asked for.
+        fence: Option<u64>,
+    },
+    /// Someone else holds it.
+    Busy {
+        /// When the holder's lease runs out, if known.
+        retry_in: Option<Duration>,
+        /// How many times the store had handed this lock to a waiter when it
+        /// answered (0 for a store that never hands locks over). A handoff
+        /// numbered at most this was made before the answer, and is no
+        /// longer the waiter's: the answer would have said the lock was its
+        /// own. See [`ReleaseWaiter::handed_over`].
+        handoffs: u64,
+    },
+}
+
+impl Attempt {
+    /// A busy answer from a store that never hands locks over.
+    pub const fn busy(retry_in: Option<Duration>) -> Self {
+        Attempt::Busy {
+            retry_in,
+            handoffs: 0,
+        }
+    }
+}
+
+/// The kinds of lock a [`LockBackend`] keeps. Each kind has keys of its own,
+/// so kinds never see each other even under the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// One holder; `SET NX PX` + token on Redis.
+    Plain,
+    /// One owner, who may hold it several times at once ([`ReentrantLock`](super::ReentrantLock)).
+    Reentrant,
+    /// One holder; waiters get it in arrival order.
+    Fair,
+    /// Up to `permits` holders at once ([`Semaphore`](super::Semaphore)).
+    Semaphore {
+        /// How many holders at once.
+        permits: NonZeroU32,
+    },
+}
+
+impl Kind {
+    /// Short tag used in key names.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Kind::Plain => "lock",
+            Kind::Reentrant => "rlock",
+            Kind::Fair => "flock",
+            Kind::Semaphore { .. } => "sem",
+        }
+    }
+
+    /// Whether acquisitions of this kind can carry fencing tokens (those with
+    /// one holder at a time).
+    pub fn fences(self) -> bool {
+        !matches!(self, Kind::Semaphore { .. })
+    }
+}
+
+/// One acquisition attempt, as a backend sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct AcquireRequest<'a> {
+    /// The kind of lock.
+    pub kind: Kind,
+    /// Its name.
+    pub name: &'a Name,
+    /// This acquisition's token (128 random bits).
+    pub token: &'a str,
+    /// The owner, for [`Kind::Reentrant`].
+    pub owner: Option<&'a str>,
+    /// The lease asked for.
+    pub lease: Duration,
+    /// Whether to issue a fencing token.
+    pub fencing: bool,
+    /// Whether the caller waits for a release after a busy answer, and so
+    /// uses its [`Attempt::Busy::retry_in`]. A backend may leave out
+    /// finding the holder's lease when it does not (an attempt of
+    /// [`Lock::try_lock`](super::Lock::try_lock), or the first of [`Lock::lock`](super::Lock::lock), which
+    /// subscribes to releases before it waits).
+    pub waits: bool,
+}
+
+/// A store that can hold locks. Implemented by
+/// [`RedisBackend`](crate::backend::RedisBackend),
+/// [`MemoryBackend`](crate::backend::MemoryBackend) and [`Redlock`](super::Redlock); [`Lock`](super::Lock),
+/// [`ReentrantLock`](super::ReentrantLock) and [`Semaphore`](super::Semaphore) build on it.
+///
+/// Each method is one round trip to the store (one per server for [`Redlock`](super::Redlock)).
+pub trait LockBackend: Clone + Send + Sync + 'static {
+    /// What waits for a release.
+    type Waiter: ReleaseWaiter;
+
+    /// Takes the lock for `request.token` if it is free (for a fair lock: and
+    /// the token is first in line, else it joins the line).
+    fn acquire(&self, request: &AcquireRequest<'_>)
+    -> impl Future<Output = Result<Attempt>> + Send;
+
+    /// Releases `name` if `token` holds it (for a fair lock, a token that only
+    /// waits leaves the line); says whether it was held.
+    fn release(
+        &self,
+        kind: Kind,
+        name: &Name,
+        token: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Sets the lease to `lease` from now if `token` still holds it.
+    fn extend(
+        &self,
+        kind: Kind,
+        name: &Name,
+        token: &str,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Releases `name` whoever holds it; says whether it was held.
+    fn force_release(&self, kind: Kind, name: &Name) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Registers interest in releases of `name` that concern `token`.
+    fn waiter(&self, kind: Kind, name: &Name, token: &str) -> Self::Waiter;
+
+    /// How much of a lease the holder must not count on, for clock drift
+    /// between servers (zero for one server).
+    fn clock_drift(&self, lease: Duration) -> Duration {
+        let _ = lease;
+        Duration::ZERO
+    }
+}
+
+/// Waits for a lock to be released.
+pub trait ReleaseWaiter: Send + 'static {
+    /// Called before each attempt: a release after this call wakes the next
+    /// [`wait`](Self::wait).
+    fn arm(&mut self) -> impl Future<Output = ()> + Send;
+    /// Waits for a release at most `max`.
+    fn wait(&mut self, max: Duration) -> impl Future<Output = ()> + Send;
+
+    /// Whether the lock was handed over to this waiter after the busy answer
+    /// that counted `after` handoffs ([`Attempt::Busy::handoffs`]): on
+    /// Redis, a fair lock's release gives the lock to the first in line and
+    /// says so, with the handoff's number, on that waiter's channel. The
+    /// waiter then holds the lock without another attempt. A handoff
+    /// numbered `after` or less came before that answer, which found the
+    /// lock not the waiter's: it has lapsed, and is not returned. The
+    /// default: never.
+    fn handed_over(&self, after: u64) -> Option<Handoff> {
+        let _ = after;
+        None
+    }
+}
+
+/// A lock handed over to a waiter by the store ([`ReleaseWaiter::handed_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Handoff {
+    /// The fencing token, when one was asked for.
+    pub fence: Option<u64>,
+    /// How long the lock is held for the waiter at the least, counted from
+    /// the waiter's last attempt, until it confirms its lease (an
+    /// [`extend`](LockBackend::extend), which the guard sends at once when
+    /// its lease is longer).
+    pub claim: Duration,
+}
+
+impl Handoff {
+    /// A handoff with fencing token `fence` and `claim` (see the fields).
+    pub const fn new(fence: Option<u64>, claim: Duration) -> Self {
+        Handoff { fence, claim }
+    }
+}
