@@ -14,7 +14,6 @@
 //! server.restart(); // same port
 //! ```
 
-pub mod bench;
 pub mod cluster;
 pub mod counter_suite;
 pub mod http;

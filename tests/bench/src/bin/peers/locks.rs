@@ -5,10 +5,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_bench::Error;
 use lock_core::backend::RedisBackend;
 use lock_core::lock::{Lock, LockBackend, LockOptions};
 use lock_tests::RedisServer;
-use lock_tests::bench::Error;
 use lock_tests::latency::DelayProxy;
 
 use crate::{Scale, mean, micros, percentile, ratio_row};

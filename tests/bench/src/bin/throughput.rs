@@ -2,7 +2,7 @@
 //! running the very same script call in the same run.
 //!
 //! ```text
-//! cargo run --release -p lock-tests --bin lock-bench [-- --quick]
+//! cargo run --release -p lock-bench --bin throughput [-- --quick]
 //! ```
 //!
 //! Starts its own redis-server through the harness. For each workload it
@@ -12,7 +12,7 @@
 //! prints decisions per second and the ratios.
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), lock_tests::bench::Error> {
+async fn main() -> Result<(), lock_bench::Error> {
     let quick = std::env::args().any(|a| a == "--quick");
-    lock_tests::bench::throughput_table(quick).await
+    lock_bench::throughput::throughput_table(quick).await
 }

@@ -1,5 +1,4 @@
-//! Benchmark building blocks shared by the bench binaries: decision
-//! throughput next to `redis-benchmark` running the very same call.
+//! Decision throughput next to `redis-benchmark` running the very same call.
 
 use std::num::NonZeroU32;
 use std::process::Command;
@@ -12,10 +11,9 @@ use lock_core::backend::RedisBackend;
 use lock_core::counter::Stock;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 
-use crate::RedisServer;
+use lock_tests::RedisServer;
 
-/// Error type of the bench helpers.
-pub type Error = Box<dyn std::error::Error + Send + Sync>;
+use crate::Error;
 
 /// One kind of decision to measure.
 #[derive(Clone)]
@@ -147,7 +145,7 @@ pub async fn throughput_table(quick: bool) -> Result<(), Error> {
     let requests = if quick { 50_000 } else { 200_000 };
     let server = RedisServer::start();
     let backend = RedisBackend::connect(&server.url()).await?;
-    let version = Command::new(crate::server_binary())
+    let version = Command::new(lock_tests::server_binary())
         .arg("--version")
         .output()?;
     println!("redis: {}", String::from_utf8_lossy(&version.stdout).trim());

@@ -7,9 +7,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::time::Instant;
 
+use lock_bench::Error;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-use lock_tests::bench::Error;
 
 use crate::{Scale, median_and_quartiles};
 

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use lock_bench::Error;
 use lock_core::backend::RedisBackend;
 use lock_core::lock::{Lock, LockBackend, LockOptions, Redlock};
 use lock_tests::RedisServer;
-use lock_tests::bench::Error;
 use lock_tests::latency::DelayProxy;
 
 use crate::locks::{handoff, handoff_row, rslock_handoffs};

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use lock_bench::Error;
 use lock_core::backend::RedisBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::RedisServer;
-use lock_tests::bench::Error;
 use lock_tests::http::TestServer;
 use lock_tower::RateLimitLayer;
 use lock_tower::key::{GlobalKey, PeerIp};

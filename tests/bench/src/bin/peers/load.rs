@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lock_tests::bench::Error;
+use lock_bench::Error;
 
 use crate::percentile;
 

@@ -2,7 +2,7 @@
 //! figure comes with a reference measured in the same run, as a ratio.
 //!
 //! ```text
-//! cargo run --release -p lock-tests --features peers --bin peer-bench [-- --quick]
+//! cargo run --release -p lock-bench --features peers --bin peers [-- --quick]
 //! ```
 //!
 //! `-- --only 3,4` runs only the sections named; `4a`, `4i`, `4l`, `4c` and
@@ -24,7 +24,7 @@
 //!
 //! One module per section: [`locks`] (2), [`redlock`] (3), [`layers`],
 //! [`actix_cost`], [`threads`] and [`http`] (4, with the load generator in
-//! [`load`]), [`memory`] (5). Section 1 is `lock_tests::bench`.
+//! [`load`]), [`memory`] (5). Section 1 is `lock_bench::throughput`.
 
 mod actix_cost;
 mod http;
@@ -39,7 +39,8 @@ use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use lock_tests::bench::{Error, throughput_table};
+use lock_bench::Error;
+use lock_bench::throughput::throughput_table;
 
 /// Counts heap allocations while [`Allocations`] is counting, so the layer
 /// tables can show allocations per request next to time per request. At

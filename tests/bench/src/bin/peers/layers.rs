@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::routing::get;
+use lock_bench::Error;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-use lock_tests::bench::Error;
 use lock_tower::RateLimitLayer;
 use lock_tower::key::PeerIp;
 

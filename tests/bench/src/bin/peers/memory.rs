@@ -4,9 +4,9 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+use lock_bench::Error;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-use lock_tests::bench::Error;
 
 use crate::Scale;
 

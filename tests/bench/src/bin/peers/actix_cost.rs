@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use lock_bench::Error;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::RateLimiter;
-use lock_tests::bench::Error;
 use lock_tower::RateLimitLayer;
 use lock_tower::key::PeerIp;
 
