@@ -53,6 +53,7 @@ pub enum Caller<'a> {
 impl<'a> Caller<'a> {
     /// The caller of `ip`: an IPv4 address as it is, an IPv6 address's
     /// network of `v6_prefix` bits (above 128 counts as 128).
+    #[inline]
     pub fn ip(ip: IpAddr, v6_prefix: u8) -> Self {
         match ip {
             IpAddr::V4(v4) => Caller::Ipv4(v4),
@@ -118,12 +119,19 @@ impl<'a> Caller<'a> {
             Caller::Text("") => Err(Error::invalid_name("", "must not be empty")),
             Caller::Text(text) => check_chars(text, room),
             // Short enough for most scopes without writing it out.
-            _ if room >= LONGEST_V6_KEY => Ok(()),
+            _ if address_keys_fit(scope_len) => Ok(()),
             ip => ip.write(|key| check_chars(key, room)),
         }
     }
 
+    /// Whether this is a text key, the only kind [`validate`](Self::validate)
+    /// can refuse under a scope where [`address_keys_fit`].
+    pub(crate) fn is_text(self) -> bool {
+        matches!(self, Caller::Text(_))
+    }
+
     /// The key as the in-memory backend stores it.
+    #[inline]
     pub(crate) fn to_key(self) -> CallerKey {
         match self {
             Caller::Ipv4(v4) => CallerKey::V4(u32::from(v4)),
@@ -183,6 +191,11 @@ pub(crate) enum CallerKey {
 
 /// The longest key of an address: `ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128`.
 const LONGEST_V6_KEY: usize = 43;
+
+/// Whether every address key fits under a scope of `scope_len` bytes.
+pub(crate) fn address_keys_fit(scope_len: usize) -> bool {
+    MAX_NAME_LEN.saturating_sub(scope_len + 1) >= LONGEST_V6_KEY
+}
 
 /// The first 128 bits and the prefix of the IPv6 network `text` names, if it
 /// is written as [`Caller::parse`] says.

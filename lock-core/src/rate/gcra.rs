@@ -92,6 +92,7 @@ impl Gcra {
 
     /// Decides `cost` units for a caller whose theoretical arrival time is
     /// `debt` nanoseconds ahead of now (0 when it is not ahead).
+    #[inline]
     pub(crate) fn step(&self, debt: u64, cost: u32) -> Step {
         let after = debt + u64::from(cost) * self.interval_ns();
         let window = self.window_ns();
@@ -111,6 +112,7 @@ impl Gcra {
     }
 
     /// Units a caller with `debt` nanoseconds could take at once.
+    #[inline]
     pub(crate) fn remaining(&self, debt: u64) -> u64 {
         self.window_ns().saturating_sub(debt) / self.interval_ns()
     }

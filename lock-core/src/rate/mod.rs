@@ -41,7 +41,6 @@ pub(crate) mod memory;
 mod quota;
 mod redis;
 
-use std::any::Any;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -73,10 +72,9 @@ pub struct Decision {
     pub quota_index: usize,
 }
 
-/// Where a backend keeps what it made for one limiter's scope and policy
-/// (the in-memory backend: that state's place), made on first use and
-/// shared by the limiter's clones.
-pub(crate) type Memo = OnceLock<Arc<dyn Any + Send + Sync>>;
+/// Where the in-memory backend keeps what it found for one limiter's scope
+/// and policy (that state's place), on first use, for the limiter's clones.
+pub(crate) type Memo = OnceLock<memory::Binding>;
 
 /// One decision a [`RateLimiter`] asks its backend for, validated: the
 /// caller's key fits the scope, and the cost is at most the policy's
@@ -118,8 +116,16 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
 pub struct RateLimiter<B> {
     backend: B,
     scope: Name,
-    policy: Arc<Policy>,
-    memo: Arc<Memo>,
+    shared: Arc<Shared>,
+}
+
+/// What a limiter's clones share.
+struct Shared {
+    policy: Policy,
+    /// Whether address keys need no check under the scope (see
+    /// [`Caller::validate`]).
+    address_keys_fit: bool,
+    memo: Memo,
 }
 
 impl<B: std::fmt::Debug> std::fmt::Debug for RateLimiter<B> {
@@ -127,7 +133,7 @@ impl<B: std::fmt::Debug> std::fmt::Debug for RateLimiter<B> {
         f.debug_struct("RateLimiter")
             .field("backend", &self.backend)
             .field("scope", &self.scope)
-            .field("policy", &self.policy)
+            .field("policy", &self.shared.policy)
             .finish()
     }
 }
@@ -142,17 +148,22 @@ impl<B: RateBackend> RateLimiter<B> {
     /// finer than one unit per microsecond.
     pub fn new(backend: B, scope: impl AsRef<str>, policy: Policy) -> Result<Self> {
         policy.validate()?;
+        let scope = Name::new(scope)?;
+        let shared = Shared {
+            policy,
+            address_keys_fit: caller::address_keys_fit(scope.as_str().len()),
+            memo: Memo::new(),
+        };
         Ok(RateLimiter {
             backend,
-            scope: Name::new(scope)?,
-            policy: Arc::new(policy),
-            memo: Arc::default(),
+            scope,
+            shared: Arc::new(shared),
         })
     }
 
     /// The policy.
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        &self.shared.policy
     }
 
     /// The scope name.
@@ -166,14 +177,17 @@ impl<B: RateBackend> RateLimiter<B> {
     }
 
     fn request<'a>(&'a self, caller: Caller<'a>, cost: u32) -> Result<RateRequest<'a>> {
-        self.policy.check_cost(cost)?;
-        caller.validate(self.scope.as_str().len())?;
+        let shared = &*self.shared;
+        shared.policy.check_cost(cost)?;
+        if caller.is_text() || !shared.address_keys_fit {
+            caller.validate(self.scope.as_str().len())?;
+        }
         Ok(RateRequest {
             scope: &self.scope,
             caller,
-            policy: &self.policy,
+            policy: &shared.policy,
             cost,
-            memo: &self.memo,
+            memo: &shared.memo,
         })
     }
 
@@ -282,6 +296,7 @@ impl<B: RateBackend> RateLimiter<B> {
 }
 
 /// Builds a decision from what a backend worked out.
+#[inline]
 pub(crate) fn decision(
     policy: &Policy,
     allowed: bool,

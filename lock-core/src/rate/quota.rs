@@ -149,6 +149,8 @@ pub struct Policy {
     suffixes: Vec<Arc<str>>,
     /// GCRA timing of each quota.
     gcras: Vec<Gcra>,
+    /// The smallest limit, kept as quotas are added.
+    max_cost: u32,
 }
 
 /// Most quotas in one policy.
@@ -162,6 +164,7 @@ impl Policy {
             quotas: Vec::new(),
             suffixes: Vec::new(),
             gcras: Vec::new(),
+            max_cost: 0,
         }
     }
 
@@ -176,6 +179,11 @@ impl Policy {
         self.suffixes.push(Arc::from(suffix));
         self.gcras
             .push(Gcra::new(quota.limit(), quota.limit(), quota.period()));
+        self.max_cost = if self.quotas.is_empty() {
+            quota.limit()
+        } else {
+            self.max_cost.min(quota.limit())
+        };
         self.quotas.push(quota);
         self
     }
@@ -192,7 +200,7 @@ impl Policy {
 
     /// The smallest limit: the largest cost one call may ask for.
     pub fn max_cost(&self) -> u32 {
-        self.quotas.iter().map(Quota::limit).min().unwrap_or(0)
+        self.max_cost
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -229,6 +237,7 @@ impl Policy {
         &self.gcras
     }
 
+    #[inline]
     pub(crate) fn check_cost(&self, cost: u32) -> Result<()> {
         if cost > self.max_cost() {
             return Err(Error::invalid_argument(

@@ -21,15 +21,20 @@ pub(super) type AddHeaders = std::sync::Arc<dyn MakeFields>;
 
 // The request waits in the first state; boxing it would cost an allocation
 // per request for no gain (the future is built once per request anyway).
-#[allow(clippy::large_enum_variant)]
+/// A decision the backend is still making, with what the call needs once
+/// it is made.
+struct Pending<S, ReqBody> {
+    verdict: BoxFuture<'static, Verdict>,
+    request: Request<ReqBody>,
+    inner: S,
+    add_headers: AddHeaders,
+}
+
 #[pin_project(project = StateProj)]
 enum State<S: Service<Request<ReqBody>>, ReqBody> {
-    Deciding {
-        verdict: BoxFuture<'static, Verdict>,
-        request: Option<Request<ReqBody>>,
-        inner: Option<S>,
-        add_headers: AddHeaders,
-    },
+    /// Boxed, as the verdict already is: a request is large, and the
+    /// future is moved by value before it is first polled, on every path.
+    Deciding(Option<Box<Pending<S, ReqBody>>>),
     Calling {
         #[pin]
         future: S::Future,
@@ -65,12 +70,12 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
         add_headers: AddHeaders,
     ) -> Self {
         ResponseFuture {
-            state: State::Deciding {
+            state: State::Deciding(Some(Box::new(Pending {
                 verdict,
-                request: Some(request),
-                inner: Some(inner),
+                request,
+                inner,
                 add_headers,
-            },
+            }))),
         }
     }
 }
@@ -78,6 +83,7 @@ impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
 impl<S: Service<Request<ReqBody>>, ReqBody> ResponseFuture<S, ReqBody> {
     /// Decided at once: the inner service is already called, and `fields`
     /// go on its response.
+    #[inline]
     pub(super) fn calling(future: S::Future, fields: Option<Fields>) -> Self {
         ResponseFuture {
             state: State::Calling {
@@ -108,22 +114,26 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Deciding {
-                    verdict,
-                    request,
-                    inner,
-                    add_headers,
-                } => {
-                    let decision = match ready!(verdict.as_mut().poll(cx)) {
+                StateProj::Deciding(pending) => {
+                    let Some(deciding) = pending.as_mut() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    let decision = match ready!(deciding.verdict.as_mut().poll(cx)) {
                         Verdict::Allow(decision) => decision,
                         Verdict::Limited { response, .. } | Verdict::Respond(response) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(response.map(ResBody::from)));
                         }
                     };
-                    let (Some(request), Some(mut inner)) = (request.take(), inner.take()) else {
-                        unreachable!("a deciding future holds its request and service");
+                    let Some(deciding) = pending.take() else {
+                        unreachable!("checked above");
                     };
+                    let Pending {
+                        request,
+                        mut inner,
+                        add_headers,
+                        ..
+                    } = *deciding;
                     let fields = decision.and_then(|decision| add_headers.fields(&decision));
                     let future = inner.call(request);
                     let fields = fields.map(Box::new);

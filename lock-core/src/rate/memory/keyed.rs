@@ -32,19 +32,22 @@ use crate::rate::caller::CallerKey;
 use crate::rate::gcra::{Gcra, Step};
 
 /// What governor last read and wrote on this thread.
-#[derive(Clone, Copy, Default)]
 struct Seen {
     /// Its clock, in Unix nanoseconds.
-    now: u64,
-    /// The caller's theoretical arrival time before the decision (none:
-    /// a fresh caller), and after it (none: refused).
-    before: Option<u64>,
-    after: Option<u64>,
+    now: Cell<u64>,
+    /// The caller's theoretical arrival time before the decision ([`NONE`]:
+    /// a fresh caller), and after it ([`NONE`]: refused).
+    before: Cell<u64>,
+    after: Cell<u64>,
 }
 
+/// No theoretical arrival time (one this far ahead would be centuries
+/// away).
+const NONE: u64 = u64::MAX;
+
 thread_local! {
-    static SEEN: Cell<Seen> = const {
-        Cell::new(Seen { now: 0, before: None, after: None })
+    static SEEN: Seen = const {
+        Seen { now: Cell::new(0), before: Cell::new(NONE), after: Cell::new(NONE) }
     };
 }
 
@@ -58,7 +61,7 @@ impl governor::clock::Clock for GovernorClock {
     #[inline]
     fn now(&self) -> Nanos {
         let now = self.0.now_ns();
-        SEEN.with(|seen| seen.set(Seen { now, ..seen.get() }));
+        SEEN.with(|seen| seen.now.set(now));
         Nanos::new(now)
     }
 }
@@ -95,19 +98,17 @@ fn read(state: &InMemoryState) -> Option<u64> {
 }
 
 /// Runs governor's `decide` on `state`, noting what it read and wrote.
+#[inline]
 fn measure<T, E>(
     state: &InMemoryState,
     decide: impl Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
 ) -> Result<T, E> {
     state.measure_and_replace(&NotKeyed::NonKey, |before| {
         let result = decide(before);
-        let after = result.as_ref().ok().map(|(_, tat)| u64::from(*tat));
+        let after = result.as_ref().map_or(NONE, |(_, tat)| u64::from(*tat));
         SEEN.with(|seen| {
-            seen.set(Seen {
-                before: before.map(u64::from),
-                after,
-                ..seen.get()
-            });
+            seen.before.set(before.map_or(NONE, u64::from));
+            seen.after.set(after);
         });
         result
     })
@@ -126,6 +127,7 @@ impl Store {
 
     /// Runs `f` on the state of `key`: its own, a new one if the store has
     /// room, or else the shared overflow state.
+    #[inline]
     fn with_state<R>(&self, key: &CallerKey, f: impl FnOnce(&InMemoryState) -> R) -> R {
         let inner = &self.0;
         if let Some(state) = inner.callers.get(key) {
@@ -165,10 +167,14 @@ impl Store {
 
     /// Whether enough new callers came in to sweep; the caller that sees it
     /// first sweeps.
+    #[inline]
     fn sweep_due(&self) -> bool {
         let inner = &self.0;
         let arrivals = inner.arrivals.load(Ordering::Relaxed);
-        let due = arrivals >= SWEEP_AFTER.max(inner.live.load(Ordering::Relaxed) / 2);
+        if arrivals < SWEEP_AFTER {
+            return false;
+        }
+        let due = arrivals >= inner.live.load(Ordering::Relaxed) / 2;
         due && inner
             .arrivals
             .compare_exchange(arrivals, 0, Ordering::Relaxed, Ordering::Relaxed)
@@ -184,6 +190,7 @@ impl Store {
 impl StateStore for Store {
     type Key = CallerKey;
 
+    #[inline]
     fn measure_and_replace<T, F, E>(&self, key: &CallerKey, f: F) -> Result<T, E>
     where
         F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
@@ -250,7 +257,7 @@ impl QuotaLimiter {
         let store = Store::new(cap);
         let governor = Governor::new(quota, store.clone(), GovernorClock(clock.clone()));
         // `new` read the clock once, on this thread: that is its start.
-        let start = SEEN.with(Cell::get).now;
+        let start = SEEN.with(|seen| seen.now.get());
         QuotaLimiter {
             gcra,
             store,
@@ -279,6 +286,7 @@ impl QuotaLimiter {
     }
 
     /// Decides `cost` for `key` with governor; a cost of 0 looks.
+    #[inline]
     pub(super) fn decide(&self, key: &CallerKey, cost: u32) -> Step {
         let Some(n) = NonZeroU32::new(cost) else {
             let now = self.now();
@@ -288,28 +296,33 @@ impl QuotaLimiter {
                 .map_or(0, |tat| tat.saturating_sub(now));
             return self.gcra.step(debt, 0);
         };
-        SEEN.with(|seen| seen.set(Seen::default()));
+        // governor measures the state once per decision (costs above the
+        // burst, which it would refuse without measuring, are refused
+        // before they get here), so what it noted is this decision's.
         let allowed = if n.get() == 1 {
             self.governor.check_key(key).is_ok()
         } else {
-            // Costs above the burst are refused before they get here.
             matches!(self.governor.check_key_n(key, n), Ok(Ok(())))
         };
-        let seen = SEEN.with(Cell::get);
-        let now = seen.now.saturating_sub(self.start);
-        let step = match (allowed, seen.after) {
-            (true, Some(after)) => Step {
+        let (now, before, after) =
+            SEEN.with(|seen| (seen.now.get(), seen.before.get(), seen.after.get()));
+        let now = now.saturating_sub(self.start);
+        let step = if allowed && after != NONE {
+            Step {
                 allowed: true,
                 debt: after.saturating_sub(now),
                 retry: 0,
-            },
-            _ => {
-                let debt = seen.before.map_or(0, |tat| tat.saturating_sub(now));
-                let step = self.gcra.step(debt, cost);
-                Step {
-                    allowed: false,
-                    ..step
-                }
+            }
+        } else {
+            // A fresh caller owes nothing.
+            let debt = if before == NONE {
+                0
+            } else {
+                before.saturating_sub(now)
+            };
+            Step {
+                allowed: false,
+                ..self.gcra.step(debt, cost)
             }
         };
         if self.store.sweep_due() {

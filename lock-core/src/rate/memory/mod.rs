@@ -64,10 +64,22 @@ type QuotaOf = (Name, Arc<str>);
 
 /// What a limiter keeps of a memory backend for its scope and policy,
 /// found once and kept in the limiter.
-enum Binding {
+pub(crate) struct Binding(Bound);
+
+enum Bound {
     Gcra(Arc<QuotaLimiter>),
     SeveralGcra(Box<[Arc<QuotaLimiter>]>),
     Windows,
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Bound::Gcra(_) => "Gcra",
+            Bound::SeveralGcra(_) => "SeveralGcra",
+            Bound::Windows => "Windows",
+        })
+    }
 }
 
 const STRIPES: usize = 64;
@@ -96,8 +108,8 @@ impl RateState {
     }
 
     fn bind(&self, scope: &Name, policy: &Policy) -> Binding {
-        match (policy.algorithm(), policy.quotas().len()) {
-            (Algorithm::Gcra, 1) => Binding::Gcra(self.quota_limiter(scope, policy, 0)),
+        Binding(match (policy.algorithm(), policy.quotas().len()) {
+            (Algorithm::Gcra, 1) => Bound::Gcra(self.quota_limiter(scope, policy, 0)),
             (Algorithm::Gcra, n) => {
                 let limiters: Box<[_]> = (0..n)
                     .map(|i| self.quota_limiter(scope, policy, i))
@@ -105,10 +117,10 @@ impl RateState {
                 for limiter in &limiters {
                     limiter.share();
                 }
-                Binding::SeveralGcra(limiters)
+                Bound::SeveralGcra(limiters)
             }
-            _ => Binding::Windows,
-        }
+            _ => Bound::Windows,
+        })
     }
 
     fn stripe(&self, scope: &Name, caller: &impl std::hash::Hash) -> &Mutex<()> {
@@ -116,26 +128,37 @@ impl RateState {
         &self.stripes[(hash >> 32) as usize % STRIPES]
     }
 
+    #[inline]
     fn decide(&self, request: &RateRequest<'_>) -> Decision {
         let binding = request
             .memo
-            .get_or_init(|| Arc::new(self.bind(request.scope, request.policy)));
-        let Some(binding) = binding.downcast_ref::<Binding>() else {
-            unreachable!("a limiter's memo is bound by its own backend");
-        };
+            .get_or_init(|| self.bind(request.scope, request.policy));
+        match &binding.0 {
+            // One quota that no policy of several quotas shares: governor
+            // alone decides, with no lock of ours.
+            Bound::Gcra(limiter) if !limiter.is_shared() => {
+                let step = limiter.decide(&request.caller.to_key(), request.cost);
+                let remaining = limiter.gcra().remaining(step.debt);
+                gcra_decision(request.policy, 0, &step, remaining)
+            }
+            bound => self.decide_other(request, bound),
+        }
+    }
+
+    /// [`decide`](Self::decide) for windows and for GCRA quotas that
+    /// policies of several quotas share.
+    fn decide_other(&self, request: &RateRequest<'_>, bound: &Bound) -> Decision {
         let (policy, cost) = (request.policy, request.cost);
         let key = request.caller.to_key();
-        match binding {
-            Binding::Gcra(limiter) => {
-                let step = if limiter.is_shared() {
+        match bound {
+            Bound::Gcra(limiter) => {
+                let step = {
                     let _caller = self.stripe(request.scope, &key).lock();
-                    limiter.decide(&key, cost)
-                } else {
                     limiter.decide(&key, cost)
                 };
                 gcra_decision(policy, 0, &step, limiter.gcra().remaining(step.debt))
             }
-            Binding::SeveralGcra(limiters) => {
+            Bound::SeveralGcra(limiters) => {
                 let steps = {
                     let _caller = self.stripe(request.scope, &key).lock();
                     decide_all(limiters, &key, cost)
@@ -160,7 +183,7 @@ impl RateState {
                 };
                 gcra_decision(policy, index, &step, remaining[index])
             }
-            Binding::Windows => {
+            Bound::Windows => {
                 let now_us = self.clock.now_ns() / 1000;
                 let outcome = self.table.decide(request.scope, &key, policy, cost, now_us);
                 decision(
@@ -187,6 +210,7 @@ fn first_by(values: &[u64], better: impl Fn(&u64, &u64) -> bool) -> usize {
     best
 }
 
+#[inline]
 fn gcra_decision(policy: &Policy, index: usize, step: &Step, remaining: u64) -> Decision {
     decision(
         policy,
@@ -203,6 +227,7 @@ impl RateBackend for MemoryBackend {
         Ok(self.inner.rates.decide(request))
     }
 
+    #[inline]
     fn check_now(&self, request: &RateRequest<'_>) -> Option<Result<Decision>> {
         Some(Ok(self.inner.rates.decide(request)))
     }
