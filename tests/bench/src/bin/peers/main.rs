@@ -20,13 +20,17 @@
 //!    in process, the same layers' time, allocations and (under `valgrind`,
 //!    when it is installed) instructions and cold cache lines per request,
 //!    and in memory the decisions of one thread and of two at once;
-//! 5. resident memory of the memory backend after one million distinct keys.
+//! 5. resident memory of the memory backend after one million distinct keys;
+//! 6. Redis Cluster next to one server: rate decisions at 256 callers, and
+//!    lock handoff with wake-ups from every master.
 //!
 //! One module per section: [`locks`] (2), [`redlock`] (3), [`layers`],
 //! [`actix_cost`], [`threads`] and [`http`] (4, with the load generator in
-//! [`load`]), [`memory`] (5). Section 1 is `lock_bench::throughput`.
+//! [`load`]), [`memory`] (5), [`cluster`] (6). Section 1 is
+//! `lock_bench::throughput`.
 
 mod actix_cost;
+mod cluster;
 mod http;
 mod layers;
 mod load;
@@ -188,6 +192,10 @@ async fn main() -> Result<(), Error> {
         if !status.success() {
             return Err(format!("memory probe failed: {status}").into());
         }
+    }
+    if run("6") {
+        println!("\n## 6. Redis Cluster\n");
+        cluster::cluster(&scale, quick).await?;
     }
     Ok(())
 }
