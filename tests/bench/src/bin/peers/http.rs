@@ -182,7 +182,7 @@ type Measure = fn(&Round) -> f64;
 /// the rounds each server takes each place alike, and follows each of its
 /// neighbours as often as it precedes it, so neither the place in a round
 /// nor what ran just before (a busier server's closed connections, say)
-/// favours one server. Until round 16, every round ran in [`ORDER`].
+/// favours one server.
 fn visit_order(n: usize, round: u32) -> impl Iterator<Item = usize> {
     let turn = (round / 2) as usize;
     let backwards = round % 2 == 1;

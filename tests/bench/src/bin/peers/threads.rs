@@ -13,7 +13,7 @@ use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 
 use crate::{Scale, median_and_quartiles};
 
-/// Interleaved rounds of the table (3 until round 16).
+/// Interleaved rounds of the table.
 const ROUNDS: usize = 9;
 
 /// Keys each thread cycles through when the threads have keys of their own.
