@@ -291,6 +291,58 @@ pub async fn gcra_replenishes_gradually<B: RateBackend>(backend: B) {
     );
 }
 
+/// `until_ready` waits until the call is allowed, and no longer than its
+/// bound: within the bound it comes back allowed, about `retry_after`
+/// later; past the bound it comes back with the refusal, at the bound.
+pub async fn until_ready_waits_within_its_bound<B: RateBackend>(backend: B, algorithm: Algorithm) {
+    let limiter = limiter(&backend, algorithm, &[quota(2, 400)]);
+    for _ in 0..2 {
+        assert!(hit(&limiter, "ready", 1).await.allowed);
+    }
+    let refused = hit(&limiter, "ready", 1).await;
+    assert!(!refused.allowed, "{algorithm:?}: {refused:?}");
+
+    // A bound shorter than the wait: refused, after the whole bound.
+    let bound = Duration::from_millis(20).min(refused.retry_after / 2);
+    let started = tokio::time::Instant::now();
+    let d = limiter
+        .until_ready("ready", 1, bound)
+        .await
+        .unwrap_or_else(|e| panic!("until_ready: {e}"));
+    let waited = started.elapsed();
+    assert!(!d.allowed, "{algorithm:?}: allowed before its time: {d:?}");
+    assert!(
+        waited >= bound,
+        "{algorithm:?}: gave up after {waited:?} of {bound:?}"
+    );
+    assert!(
+        waited < bound + Duration::from_millis(300),
+        "{algorithm:?}: waited {waited:?} for a bound of {bound:?}"
+    );
+
+    // A bound long enough: allowed, after about the refusal's wait.
+    let started = tokio::time::Instant::now();
+    let d = limiter
+        .until_ready("ready", 1, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("until_ready: {e}"));
+    let waited = started.elapsed();
+    assert!(d.allowed, "{algorithm:?}: not allowed within 5 s: {d:?}");
+    assert!(
+        waited < Duration::from_millis(400) * 5,
+        "{algorithm:?}: waited {waited:?} for one unit of 2 per 400 ms"
+    );
+    // It took the unit it waited for.
+    assert!(d.remaining < 2, "{algorithm:?}: {d:?}");
+    // A cost that could never be allowed is an error, not a wait.
+    assert!(matches!(
+        limiter
+            .until_ready("ready", 3, Duration::from_secs(5))
+            .await,
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
 /// Instantiates the rate conformance suite as `#[tokio::test]`s, one per case
 /// and algorithm. `$setup` is as for [`lock_suite!`](crate::lock_suite!).
 #[macro_export]
@@ -305,7 +357,8 @@ macro_rules! rate_suite {
         $crate::rate_suite!(@$each $arg;
             burst_then_refused, retry_after_is_enough, cost_zero_and_cost_bounds,
             several_quotas_all_or_nothing, one_quota_decides_as_among_several,
-            keys_are_independent, scopes_are_independent, bad_input_is_rejected);
+            keys_are_independent, scopes_are_independent, bad_input_is_rejected,
+            until_ready_waits_within_its_bound);
         $crate::rate_suite!(@$one $arg;
             fixed_window_resets, sliding_window_weighs_previous, gcra_replenishes_gradually);
     };
