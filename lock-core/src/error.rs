@@ -32,9 +32,11 @@ pub enum Error {
     /// The backend did not answer within the configured timeout.
     #[error("backend did not answer within {0:?}")]
     Timeout(Duration),
-    /// Redis returned an error or the connection failed.
-    #[error("redis error: {0}")]
-    Redis(#[source] redis::RedisError),
+    /// The backend failed: Redis refused a command or a connection, a
+    /// connection broke, or a URL was bad. The client library's own error
+    /// is the [`source`](std::error::Error::source).
+    #[error("backend error: {0}")]
+    Backend(#[source] BackendError),
     /// Too few of a Redlock's servers answered to make a majority.
     #[error("only {answered} servers answered; a majority needs {needed}")]
     NoQuorum {
@@ -72,11 +74,58 @@ pub enum Error {
     },
 }
 
+/// A failure the backend reported, with the client library's error kept
+/// as its [`source`](std::error::Error::source) (redis-rs's `RedisError`
+/// for the Redis backends), so that this crate's API does not depend on
+/// the client library's version.
+#[derive(Debug)]
+pub struct BackendError {
+    message: String,
+    code: Option<String>,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl BackendError {
+    /// Wraps `source`; `code` is the server's error code, if it gave one.
+    pub fn new(
+        source: impl std::error::Error + Send + Sync + 'static,
+        code: Option<String>,
+    ) -> Self {
+        BackendError {
+            message: source.to_string(),
+            code,
+            source: Box::new(source),
+        }
+    }
+
+    /// The server's error code (`NOSCRIPT`, `READONLY`, `WRONGPASS`,
+    /// `NOPERM`, ...), when the server answered with one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+#[cfg(feature = "redis")]
 impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
         match error.code() {
             Some("NOREPLICAS") => Error::NoReplicas,
-            _ => Error::Redis(error),
+            code => {
+                let code = code.map(str::to_owned);
+                Error::Backend(BackendError::new(error, code))
+            }
         }
     }
 }
@@ -89,7 +138,7 @@ impl Error {
         matches!(
             self,
             Error::Timeout(_)
-                | Error::Redis(_)
+                | Error::Backend(_)
                 | Error::UnexpectedReply(_)
                 | Error::NoQuorum { .. }
                 | Error::NotReplicated { .. }

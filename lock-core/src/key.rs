@@ -190,6 +190,7 @@ impl KeySpace {
         key
     }
 
+    #[cfg(feature = "redis")]
     /// `<prefix>{<scope>:<name>}:<suffix>`: the key of a scoped name, built
     /// without making the scoped [`Name`] first.
     pub(crate) fn scoped_key(&self, scope: &str, name: &str, suffix: &str) -> String {

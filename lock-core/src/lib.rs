@@ -33,4 +33,4 @@ pub mod key;
 pub mod lock;
 pub mod rate;
 
-pub use error::{Error, Result};
+pub use error::{BackendError, Error, Result};

@@ -47,7 +47,15 @@ async fn every_primitive_works_over_tls_with_a_user() {
     let port = server.server().tls_port().expect("a TLS port");
     let wrong = format!("rediss://{USER}:not-it@127.0.0.1:{port}/");
     match RedisBackend::connect_with(client(&server, &wrong), RedisConfig::default()).await {
-        Err(error @ Error::Redis(_)) => assert!(error.is_backend_failure(), "{error}"),
+        Err(Error::Backend(error)) => {
+            // Said plainly, with redis-rs's error kept as the source.
+            assert!(error.to_string().contains("authentication"), "{error}");
+            let source = std::error::Error::source(&error).expect("a source");
+            assert!(
+                source.downcast_ref::<redis::RedisError>().is_some(),
+                "{source:?}"
+            );
+        }
         other => panic!("a wrong password was let in: {other:?}"),
     }
     // And a client that does not trust the CA does not connect.

@@ -4,12 +4,16 @@
 
 use std::time::Duration;
 
-use super::{ClusterBackend, MemoryBackend, RedisBackend, SentinelBackend};
+use super::MemoryBackend;
+#[cfg(feature = "redis")]
+use super::{ClusterBackend, RedisBackend, SentinelBackend};
 use crate::counter::{CounterBackend, Purchase, Reservation, Settle};
 use crate::error::Result;
 use crate::key::Name;
+#[cfg(feature = "redis")]
+use crate::lock::RedisWaiter;
 use crate::lock::{
-    AcquireRequest, Attempt, Handoff, Kind, LockBackend, MemoryWaiter, RedisWaiter, ReleaseWaiter,
+    AcquireRequest, Attempt, Handoff, Kind, LockBackend, MemoryWaiter, ReleaseWaiter,
 };
 use crate::rate::{Decision, RateBackend, RateRequest};
 
@@ -18,6 +22,7 @@ use crate::rate::{Decision, RateBackend, RateRequest};
 /// written once. Cheap to clone.
 ///
 /// ```no_run
+/// # #[cfg(feature = "redis")] // the `redis` feature, on by default
 /// # async fn run() -> lock_core::Result<()> {
 /// use lock_core::backend::{AnyBackend, MemoryBackend, RedisBackend};
 /// use lock_core::lock::Lock;
@@ -35,10 +40,13 @@ pub enum AnyBackend {
     /// In memory, for one process.
     Memory(MemoryBackend),
     /// One Redis server.
+    #[cfg(feature = "redis")]
     Redis(RedisBackend),
     /// A Redis Cluster.
+    #[cfg(feature = "redis")]
     Cluster(ClusterBackend),
     /// The master that Redis Sentinels name.
+    #[cfg(feature = "redis")]
     Sentinel(SentinelBackend),
 }
 
@@ -47,8 +55,11 @@ impl AnyBackend {
     pub fn kind(&self) -> &'static str {
         match self {
             AnyBackend::Memory(_) => "memory",
+            #[cfg(feature = "redis")]
             AnyBackend::Redis(_) => "redis",
+            #[cfg(feature = "redis")]
             AnyBackend::Cluster(_) => "cluster",
+            #[cfg(feature = "redis")]
             AnyBackend::Sentinel(_) => "sentinel",
         }
     }
@@ -60,18 +71,21 @@ impl From<MemoryBackend> for AnyBackend {
     }
 }
 
+#[cfg(feature = "redis")]
 impl From<RedisBackend> for AnyBackend {
     fn from(backend: RedisBackend) -> Self {
         AnyBackend::Redis(backend)
     }
 }
 
+#[cfg(feature = "redis")]
 impl From<ClusterBackend> for AnyBackend {
     fn from(backend: ClusterBackend) -> Self {
         AnyBackend::Cluster(backend)
     }
 }
 
+#[cfg(feature = "redis")]
 impl From<SentinelBackend> for AnyBackend {
     fn from(backend: SentinelBackend) -> Self {
         AnyBackend::Sentinel(backend)
@@ -83,8 +97,11 @@ macro_rules! each {
     ($any:expr, $b:ident => $body:expr) => {
         match $any {
             AnyBackend::Memory($b) => $body,
+            #[cfg(feature = "redis")]
             AnyBackend::Redis($b) => $body,
+            #[cfg(feature = "redis")]
             AnyBackend::Cluster($b) => $body,
+            #[cfg(feature = "redis")]
             AnyBackend::Sentinel($b) => $body,
         }
     };
@@ -96,6 +113,7 @@ pub enum AnyWaiter {
     /// In memory.
     Memory(MemoryWaiter),
     /// On Redis (any deployment).
+    #[cfg(feature = "redis")]
     Redis(RedisWaiter),
 }
 
@@ -103,6 +121,7 @@ impl ReleaseWaiter for AnyWaiter {
     async fn arm(&mut self) {
         match self {
             AnyWaiter::Memory(w) => w.arm().await,
+            #[cfg(feature = "redis")]
             AnyWaiter::Redis(w) => w.arm().await,
         }
     }
@@ -110,6 +129,7 @@ impl ReleaseWaiter for AnyWaiter {
     async fn wait(&mut self, max: Duration) {
         match self {
             AnyWaiter::Memory(w) => w.wait(max).await,
+            #[cfg(feature = "redis")]
             AnyWaiter::Redis(w) => w.wait(max).await,
         }
     }
@@ -117,6 +137,7 @@ impl ReleaseWaiter for AnyWaiter {
     fn handed_over(&self, after: u64) -> Option<Handoff> {
         match self {
             AnyWaiter::Memory(w) => w.handed_over(after),
+            #[cfg(feature = "redis")]
             AnyWaiter::Redis(w) => w.handed_over(after),
         }
     }
@@ -144,8 +165,11 @@ impl LockBackend for AnyBackend {
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> AnyWaiter {
         match self {
             AnyBackend::Memory(b) => AnyWaiter::Memory(b.waiter(kind, name, token)),
+            #[cfg(feature = "redis")]
             AnyBackend::Redis(b) => AnyWaiter::Redis(b.waiter(kind, name, token)),
+            #[cfg(feature = "redis")]
             AnyBackend::Cluster(b) => AnyWaiter::Redis(b.waiter(kind, name, token)),
+            #[cfg(feature = "redis")]
             AnyBackend::Sentinel(b) => AnyWaiter::Redis(b.waiter(kind, name, token)),
         }
     }

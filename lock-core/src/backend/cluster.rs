@@ -52,7 +52,7 @@ impl RedisBackend<ClusterConnection> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] for a bad URL or no reachable node,
+    /// [`Error::Backend`] for a bad URL or no reachable node,
     /// [`Error::Timeout`] when the cluster does not answer within the
     /// connect timeout, [`Error::UnsupportedServer`] for Redis before 5.0.
     pub async fn connect_cluster(urls: &[&str]) -> Result<Self> {

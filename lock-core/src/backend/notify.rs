@@ -79,6 +79,7 @@ impl Waiters {
         self.signal(key, None);
     }
 
+    #[cfg(feature = "redis")]
     /// Wakes the waiter registered for `key` and tells it that the lock was
     /// handed to it.
     pub(crate) fn hand_over(&self, key: &str, handed: Handed) {
@@ -92,6 +93,7 @@ impl Waiters {
         }
     }
 
+    #[cfg(feature = "redis")]
     /// Wakes every waiter (after a lost connection, so that they retry).
     pub(crate) fn wake_all(&self) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
@@ -100,6 +102,7 @@ impl Waiters {
         }
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // Redis and the tests use it
     /// Whether anyone is registered for `key`.
     pub(crate) fn is_registered(&self, key: &str) -> bool {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
@@ -140,6 +143,7 @@ impl WaitHandle {
         self.rx.borrow_and_update();
     }
 
+    #[cfg(feature = "redis")]
     /// The latest handoff of the lock to this waiter, if any.
     pub(crate) fn handed(&self) -> Option<Handed> {
         self.rx.borrow().handed
@@ -176,6 +180,7 @@ mod tests {
             .expect("wake-up was lost");
     }
 
+    #[cfg(feature = "redis")]
     #[tokio::test]
     async fn a_handoff_wakes_and_stays_with_the_waiter() {
         async fn woken(handle: &mut WaitHandle) -> bool {

@@ -58,7 +58,7 @@ impl RedisBackend<ConnectionManager> {
     /// Connects to `url` with the default [`RedisConfig`].
     ///
     /// # Errors
-    /// [`Error::Redis`] for a bad URL or a refused connection, [`Error::Timeout`]
+    /// [`Error::Backend`] for a bad URL or a refused connection, [`Error::Timeout`]
     /// when the server does not answer within the connect timeout.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(redis::Client::open(url)?, RedisConfig::default()).await

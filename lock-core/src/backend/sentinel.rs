@@ -294,7 +294,7 @@ impl RedisBackend<SentinelConnection> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] for a bad URL, no Sentinel that answers, or an
+    /// [`Error::Backend`] for a bad URL, no Sentinel that answers, or an
     /// unknown master; [`Error::Timeout`] past the connect timeout;
     /// [`Error::UnsupportedServer`] for Redis before 5.0.
     pub async fn connect_sentinel(sentinel_urls: &[&str], master_name: &str) -> Result<Self> {

@@ -48,6 +48,7 @@
 //! ```
 
 pub(crate) mod memory;
+#[cfg(feature = "redis")]
 mod redis;
 
 use std::future::Future;

@@ -91,7 +91,9 @@ mod fencing;
 mod guard;
 pub(crate) mod memory;
 mod options;
+#[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
 mod redlock;
 mod reentrant;
 mod semaphore;
@@ -104,7 +106,9 @@ pub use self::fencing::{Fence, StaleToken};
 pub use self::guard::LockGuard;
 pub use self::memory::MemoryWaiter;
 pub use self::options::{DEFAULT_LEASE, FAIR_SLOT, HANDOFF_CLAIM, Lease, LockOptions, MAX_LEASE};
+#[cfg(feature = "redis")]
 pub use self::redis::RedisWaiter;
+#[cfg(feature = "redis")]
 pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock, RedlockWaiter};
 pub use self::reentrant::{Owner, ReentrantLock};
 pub use self::semaphore::Semaphore;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::redis::{RedisWaiter, jittered};
 use super::{AcquireRequest, Attempt, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::{RedisBackend, RedisConfig};
-use crate::error::{Error, Result};
+use crate::error::{BackendError, Error, Result};
 use crate::key::Name;
 
 /// A lock backend over N independent Redis servers (the Redlock algorithm).
@@ -229,10 +229,10 @@ where
                 match task.await {
                     Ok(result) => result,
                     Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-                    Err(_) => Err(Error::Redis(
-                        std::io::Error::other("the runtime shut down before the server answered")
-                            .into(),
-                    )),
+                    Err(_) => Err(Error::Backend(BackendError::new(
+                        std::io::Error::other("the runtime shut down before the server answered"),
+                        None,
+                    ))),
                 }
             })
         }

@@ -59,11 +59,13 @@ impl Gcra {
         }
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // Redis and the tests use it
     /// Nanoseconds per tick.
     pub(crate) fn tick_ns(&self) -> u64 {
         self.tick_ns
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // Redis and the tests use it
     /// The emission interval in ticks.
     pub(crate) fn interval_ticks(&self) -> u64 {
         self.interval

@@ -39,6 +39,7 @@ mod caller;
 mod gcra;
 pub(crate) mod memory;
 mod quota;
+#[cfg(feature = "redis")]
 mod redis;
 
 use std::future::Future;
