@@ -9,7 +9,7 @@
 //!   reservations whose holds expire and give stock back.
 //! * [`backend`]: the Redis backend (one shared multiplexed connection, scripts by
 //!   `EVALSHA`) and the in-memory backend, the embedded default.
-//! * [`key`]: validated names and hash-tagged keys (`<prefix>{<name>}:<suffix>`).
+//! * [`name`]: validated names and hash-tagged keys (`<prefix>{<name>}:<suffix>`).
 //! * [`error`]: the one error type. Busy and limited are values, never errors.
 //!
 //! ```
@@ -29,8 +29,8 @@
 pub mod backend;
 pub mod counter;
 pub mod error;
-pub mod key;
 pub mod lock;
+pub mod name;
 pub mod rate;
 
 pub use error::{BackendError, Error, Result};

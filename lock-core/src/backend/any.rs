@@ -9,12 +9,12 @@ use super::MemoryBackend;
 use super::{ClusterBackend, RedisBackend, SentinelBackend};
 use crate::counter::{CounterBackend, Purchase, Reservation, Settle};
 use crate::error::Result;
-use crate::key::Name;
 #[cfg(feature = "redis")]
 use crate::lock::RedisWaiter;
 use crate::lock::{
     AcquireRequest, Attempt, Handoff, Kind, LockBackend, MemoryWaiter, ReleaseWaiter,
 };
+use crate::name::Name;
 use crate::rate::{Decision, RateBackend, RateRequest};
 
 /// Any backend of this crate but Redlock (which only keeps locks), chosen

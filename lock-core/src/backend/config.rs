@@ -6,7 +6,7 @@ use redis::aio::ConnectionManagerConfig;
 
 use super::replicas::SyncReplicas;
 use crate::error::Result;
-use crate::key::KeySpace;
+use crate::name::KeySpace;
 
 /// Settings of a [`RedisBackend`](super::RedisBackend).
 ///
@@ -44,11 +44,11 @@ impl Default for RedisConfig {
 }
 
 impl RedisConfig {
-    /// Prefix of every key written (default [`DEFAULT_PREFIX`](crate::key::DEFAULT_PREFIX)).
+    /// Prefix of every key written (default [`DEFAULT_PREFIX`](crate::name::DEFAULT_PREFIX)).
     ///
     /// # Errors
     /// [`Error::InvalidName`](crate::Error::InvalidName) for a prefix with braces, control characters or
-    /// more than [`MAX_PREFIX_LEN`](crate::key::MAX_PREFIX_LEN) bytes.
+    /// more than [`MAX_PREFIX_LEN`](crate::name::MAX_PREFIX_LEN) bytes.
     pub fn prefix(mut self, prefix: impl AsRef<str>) -> Result<Self> {
         self.keyspace = KeySpace::new(prefix)?;
         Ok(self)

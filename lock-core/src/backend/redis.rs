@@ -14,7 +14,7 @@ use super::replicas::{Dedicated, Open, SyncReplicas};
 use super::script::{Invocation, no_script};
 use super::version::check_server;
 use crate::error::{Error, Result};
-use crate::key::{KeySpace, Name};
+use crate::name::{KeySpace, Name};
 
 /// A Redis backend: one shared multiplexed connection (cloning the backend
 /// shares it), plus one shared pub/sub subscriber for lock wake-ups.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{CounterBackend, MAX_QUANTITY, Purchase, Reservation, Settle, too_much};
 use crate::backend::{MemoryBackend, shrink_swept};
 use crate::error::Result;
-use crate::key::Name;
+use crate::name::Name;
 
 /// One item: the units on hand (not sold: available or held) and its holds.
 /// Available = on hand - held.

@@ -55,7 +55,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 /// Largest quantity accepted, and the most an item may hold in all,
 /// available and held (2^53 - 1: exact in Lua's numbers).

@@ -10,7 +10,7 @@ use super::{CounterBackend, Purchase, Reservation, Settle};
 use crate::backend::RedisBackend;
 use crate::backend::script::{Invocation, LuaScript};
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 macro_rules! stock_script {
     ($file:literal) => {

@@ -14,7 +14,7 @@ use super::{
     new_token,
 };
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 impl<B: LockBackend> Lock<B> {
     pub(crate) async fn acquire(

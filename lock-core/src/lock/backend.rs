@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::key::Name;
+use crate::name::Name;
 
 /// Result of one acquisition attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

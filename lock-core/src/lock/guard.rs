@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::watchdog::{self, LeaseState};
 use super::{Kind, Lease, LockBackend, MAX_LEASE};
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 /// A held lock. Dropping it releases the lock in the background (on the
 /// runtime it was taken on); [`release`](Self::release) does it in the

@@ -12,7 +12,7 @@ use crate::backend::MemoryBackend;
 use crate::backend::notify::{WaitHandle, Waiters};
 use crate::backend::shrink_swept;
 use crate::error::Result;
-use crate::key::Name;
+use crate::name::Name;
 
 type Token = Box<str>;
 

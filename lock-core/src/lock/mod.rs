@@ -113,7 +113,7 @@ pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock, RedlockWaiter};
 pub use self::reentrant::{Owner, ReentrantLock};
 pub use self::semaphore::Semaphore;
 use crate::error::Result;
-use crate::key::Name;
+use crate::name::Name;
 
 /// A handle on one named distributed lock (plain, or fair with
 /// [`LockOptions::fair`]). Cheap to clone.

@@ -12,7 +12,7 @@ use super::{
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::backend::{RedisBackend, Subscription};
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 static ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "acquire.lua");
 /// Also sent whole by [`RedisBackend::release_plain_whole`].

@@ -12,7 +12,7 @@ use super::redis::{RedisWaiter, jittered};
 use super::{AcquireRequest, Attempt, Kind, LockBackend, ReleaseWaiter};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{BackendError, Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 /// A lock backend over N independent Redis servers (the Redlock algorithm).
 ///

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Kind, Lock, LockBackend, LockGuard, LockOptions, new_token};
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 /// Who holds a [`ReentrantLock`]. Async tasks have no thread id, so ownership
 /// is an explicit value: pass the same `Owner` down the nested code paths of

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Kind, Lock, LockBackend, LockGuard, LockOptions};
 use crate::error::{Error, Result};
-use crate::key::Name;
+use crate::name::Name;
 
 /// At most `permits` holders at once, across every instance. Each permit has
 /// a lease (fixed or renewed by a watchdog, as for a [`Lock`]), so a crashed

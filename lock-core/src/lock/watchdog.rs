@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Kind, LockBackend};
-use crate::key::Name;
+use crate::name::Name;
 
 /// What a watchdog renews.
 pub(super) struct Target {

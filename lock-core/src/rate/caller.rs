@@ -10,7 +10,7 @@ use arrayvec::ArrayString;
 use compact_str::CompactString;
 
 use crate::error::{Error, Result};
-use crate::key::{MAX_NAME_LEN, check_chars};
+use crate::name::{MAX_NAME_LEN, check_chars};
 
 /// How many leading bits of an IPv6 address make one caller by default: one
 /// customer usually holds a whole /64.

@@ -49,7 +49,7 @@ use std::time::Duration;
 pub use self::caller::{Caller, DEFAULT_V6_PREFIX};
 pub use self::quota::{Algorithm, MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
 use crate::error::Result;
-use crate::key::Name;
+use crate::name::Name;
 
 /// The answer to "may this go ahead?".
 #[derive(Debug, Clone, PartialEq, Eq)]

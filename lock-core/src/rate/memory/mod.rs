@@ -32,7 +32,7 @@ use super::{Algorithm, Decision, Policy, RateBackend, RateRequest, decision};
 use crate::backend::MemoryBackend;
 use crate::backend::clock::Clock;
 use crate::error::Result;
-use crate::key::Name;
+use crate::name::Name;
 
 /// Default cap on live callers per limiter quota in a memory backend.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;

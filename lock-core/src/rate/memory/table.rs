@@ -16,7 +16,7 @@ use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
 
 use super::window::{self, Entry, Outcome};
-use crate::key::Name;
+use crate::name::Name;
 use crate::rate::Policy;
 use crate::rate::caller::CallerKey;
 

@@ -10,7 +10,7 @@
 //! control characters. Bad input is a typed [`Error::InvalidName`], never a panic.
 //!
 //! ```
-//! use lock_core::key::{KeySpace, Name};
+//! use lock_core::name::{KeySpace, Name};
 //!
 //! let keys = KeySpace::new("shop:").unwrap();
 //! let name = Name::new("order:42").unwrap();
