@@ -17,22 +17,39 @@ use crate::error::{Error, Result};
 use crate::name::Name;
 
 impl<B: LockBackend> Lock<B> {
+    /// Takes the lock within `wait`, in a `lock.acquire` span (the lock's
+    /// name, and whether it was taken).
     pub(crate) async fn acquire(
         &self,
         owner: Option<&str>,
         wait: Duration,
     ) -> Result<Option<LockGuard<B>>> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "lock.acquire",
+            name = self.name().as_str(),
+            ?wait,
+            taken = tracing::field::Empty
+        );
         let deadline = Instant::now() + wait.min(MAX_LEASE);
-        loop {
-            match self.acquire_until(owner, deadline).await? {
-                Acquisition::Held(guard) => return Ok(Some(guard)),
-                Acquisition::Busy => return Ok(None),
-                // A grant that ran out before it could be used: given back;
-                // try again with a new token while the wait lasts.
-                Acquisition::Stale if Instant::now() < deadline => {}
-                Acquisition::Stale => return Ok(None),
+        let acquired = async {
+            loop {
+                match self.acquire_until(owner, deadline).await? {
+                    Acquisition::Held(guard) => return Ok(Some(guard)),
+                    Acquisition::Busy => return Ok(None),
+                    // A grant that ran out before it could be used: given
+                    // back; try again with a new token while the wait lasts.
+                    Acquisition::Stale if Instant::now() < deadline => {}
+                    Acquisition::Stale => return Ok(None),
+                }
             }
         }
+        .instrument(span.clone())
+        .await;
+        if let Ok(taken) = &acquired {
+            span.record("taken", taken.is_some());
+        }
+        acquired
     }
 
     /// One token's attempts until `deadline`: a guard whose lease is still

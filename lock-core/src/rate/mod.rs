@@ -214,8 +214,21 @@ impl<B: RateBackend> RateLimiter<B> {
         caller: impl Into<Caller<'a>>,
         cost: u32,
     ) -> Result<Decision> {
-        let request = self.request(caller.into(), cost)?;
-        self.backend.check(&request).await
+        use tracing::Instrument;
+        let caller = caller.into();
+        let request = self.request(caller, cost)?;
+        let span = tracing::debug_span!(
+            "rate.check",
+            scope = self.scope.as_str(),
+            %caller,
+            cost,
+            allowed = tracing::field::Empty
+        );
+        let decision = self.backend.check(&request).instrument(span.clone()).await;
+        if let Ok(decision) = &decision {
+            span.record("allowed", decision.allowed);
+        }
+        decision
     }
 
     /// Like [`check_cost`](Self::check_cost), but only if the backend can
