@@ -6,7 +6,7 @@ use actix_web::HttpResponse;
 use actix_web::http::StatusCode as ActixStatus;
 use actix_web::http::header::{HeaderName as ActixName, HeaderValue as ActixValue};
 use bytes::Bytes;
-use lock_tower::key::{HeadersRead, RequestParts};
+use lock_tower::key::{HeadersRead, RequestParts, RouteParams};
 
 /// The parts of an actix request, in the `http` 1 types the key extractors
 /// read (actix-web 4 uses `http` 0.2).
@@ -48,6 +48,14 @@ impl View {
         let mut extensions = http::Extensions::new();
         if let Some(peer) = request.peer_addr() {
             extensions.insert(peer);
+        }
+        // Known once a resource matched (not yet in `App::wrap` middleware).
+        if let Some(pattern) = request.match_pattern() {
+            let params = request
+                .match_info()
+                .iter()
+                .map(|(name, value)| (name.to_owned(), value.to_owned()));
+            extensions.insert(RouteParams::new(Some(pattern), params));
         }
         // A server-side request is almost always in origin form: the path
         // and query are the whole URI, and parse without formatting.

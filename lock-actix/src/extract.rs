@@ -1,56 +1,81 @@
-//! Extractors: a per-route lock and the rate-limit decision.
+//! Extractors: a per-route lock and the rate-limit decision, configured in
+//! app data.
 
 use std::future::ready;
+use std::marker::PhantomData;
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
-use lock_core::lock::LockBackend;
-use lock_core::rate::RateBackend;
-use lock_tower::key::KeyExtractor;
-use lock_tower::{
-    HandlerDecision, HeldLock, LockLayer, LockVerdict, RateLimitLayer, SharedLock, SharedRateLimit,
-};
+use lock_core::rate::Decision;
+use lock_tower::HeldLock;
+use lock_tower::adapter::{HandlerDecision, LockVerdict, RouteLock, RouteRateLimit};
 
 use crate::Rejection;
 use crate::convert::{View, insert_header};
 
-/// App data for [`Locked`]: `App::new().app_data(RouteLock::new(layer))`.
-#[derive(Clone, Debug)]
-pub struct RouteLock(SharedLock);
-
-impl RouteLock {
-    /// Locks as `layer` would.
-    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
-        RouteLock(SharedLock::new(layer))
-    }
-}
-
 fn not_configured(what: &str) -> Rejection {
+    tracing::warn!("{what} is not in the app data: add it with `App::app_data`");
     let mut response = http::Response::new(Bytes::from(format!("{what} is not configured\n")));
     *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
     Rejection(response)
 }
 
-/// Holds the lock of this request's key for the handler's lifetime. Dropping
-/// it releases the lock in the background; a handler that wants the key free
-/// before its response leaves calls [`HeldLock::release`] at its end.
+/// Holds the lock of this request's key (see [`RouteLock`]) for the
+/// handler's lifetime. Dropping it releases the lock in the background; a
+/// handler that wants the key free before its response leaves calls
+/// [`release`](Self::release). Path parameters are known here, so
+/// [`PathParam`](lock_tower::key::PathParam) keys work whatever the app's
+/// middleware.
 #[derive(Debug)]
-pub struct Locked(pub Option<HeldLock>);
+pub struct Locked<M = ()> {
+    held: Option<HeldLock>,
+    _config: PhantomData<fn() -> M>,
+}
 
-impl FromRequest for Locked {
+impl<M> Locked<M> {
+    /// The lock held; `None` when the request went ahead without one (the
+    /// backend failed and the policy let it through, or it had no key and
+    /// [`MissingKey::PassThrough`](lock_tower::MissingKey::PassThrough)).
+    pub fn held(&self) -> Option<&HeldLock> {
+        self.held.as_ref()
+    }
+
+    /// The lock's fencing token, when its options ask for fencing (see
+    /// [`HeldLock::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.held.as_ref().and_then(HeldLock::fencing_token)
+    }
+
+    /// Releases the lock now.
+    pub async fn release(self) {
+        if let Some(held) = self.held {
+            held.release().await;
+        }
+    }
+
+    /// The held lock, to keep past the handler.
+    pub fn into_inner(self) -> Option<HeldLock> {
+        self.held
+    }
+}
+
+impl<M: 'static> FromRequest for Locked<M> {
     type Error = Rejection;
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        let Some(locker) = request.app_data::<RouteLock>().cloned() else {
-            return Box::pin(ready(Err(not_configured("RouteLock app data"))));
+        let Some(locker) = request.app_data::<RouteLock<M>>().cloned() else {
+            return Box::pin(ready(Err(not_configured("RouteLock"))));
         };
-        let view = View::of(request, locker.0.headers_read());
+        let view = View::of(request, locker.lock().headers_read());
         Box::pin(async move {
-            match locker.0.acquire(view.parts()).await {
-                LockVerdict::Proceed(held) => Ok(Locked(held)),
+            match locker.lock().acquire(view.parts()).await {
+                LockVerdict::Proceed(held) => Ok(Locked {
+                    held,
+                    _config: PhantomData,
+                }),
                 LockVerdict::Respond(response) => Err(Rejection(response)),
                 _ => Err(not_configured("this lock verdict")),
             }
@@ -58,57 +83,79 @@ impl FromRequest for Locked {
     }
 }
 
-/// App data for [`RateDecision`]: `App::new().app_data(RouteRateLimit::new(layer))`.
-#[derive(Clone, Debug)]
-pub struct RouteRateLimit(SharedRateLimit);
-
-impl RouteRateLimit {
-    /// Decides as `layer` would.
-    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
-        RouteRateLimit(SharedRateLimit::new(layer))
-    }
-}
-
 /// The rate-limit decision, handed to the handler whatever it is (backend
 /// failures and missing keys are still answered per the layer's policies).
-/// Dereferences to [`HandlerDecision`] for `decision()` and `allowed()`.
 #[derive(Clone, Debug)]
-pub struct RateDecision(HandlerDecision);
-
-impl std::ops::Deref for RateDecision {
-    type Target = HandlerDecision;
-    fn deref(&self) -> &HandlerDecision {
-        &self.0
-    }
+pub struct RateDecision<M = ()> {
+    decision: HandlerDecision,
+    _config: PhantomData<fn() -> M>,
 }
 
-impl RateDecision {
+impl<M> RateDecision<M> {
+    /// The decision; `None` when the backend failed open or the request had
+    /// no key and passes through.
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decision.decision()
+    }
+
+    /// Whether the request may go ahead.
+    pub fn allowed(&self) -> bool {
+        self.decision.allowed()
+    }
+
     /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields to a
     /// response of the handler's.
     pub fn with_headers(&self, mut response: HttpResponse) -> HttpResponse {
         let headers = response.headers_mut();
-        self.0
+        self.decision
             .for_each_field(|name, value| insert_header(headers, name, &value));
         response
     }
 }
 
-impl FromRequest for RateDecision {
+/// The decision for `request` by the `RouteRateLimit<M>` in its app data;
+/// `refuse_limited` answers a refusal with the layer's 429.
+fn decide<M: 'static>(
+    request: &HttpRequest,
+    refuse_limited: bool,
+) -> LocalBoxFuture<'static, Result<RateDecision<M>, Rejection>> {
+    let Some(limit) = request.app_data::<RouteRateLimit<M>>().cloned() else {
+        return Box::pin(ready(Err(not_configured("RouteRateLimit"))));
+    };
+    let view = View::of(request, limit.limit().headers_read());
+    Box::pin(async move {
+        let decision = limit
+            .limit()
+            .decide_for_handler(view.parts(), refuse_limited)
+            .await
+            .map_err(Rejection)?;
+        Ok(RateDecision {
+            decision,
+            _config: PhantomData,
+        })
+    })
+}
+
+impl<M: 'static> FromRequest for RateDecision<M> {
     type Error = Rejection;
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        let Some(limit) = request.app_data::<RouteRateLimit>().cloned() else {
-            return Box::pin(ready(Err(not_configured("RouteRateLimit app data"))));
-        };
-        let view = View::of(request, limit.0.headers_read());
-        Box::pin(async move {
-            limit
-                .0
-                .decide_for_handler(view.parts(), false)
-                .await
-                .map(RateDecision)
-                .map_err(Rejection)
-        })
+        decide(request, false)
+    }
+}
+
+/// Lets the request through only if the rate limit allows it; refuses it
+/// with the layer's 429 (and headers) otherwise. Holds the decision.
+#[derive(Debug, Clone)]
+pub struct RateLimited<M = ()>(pub RateDecision<M>);
+
+impl<M: 'static> FromRequest for RateLimited<M> {
+    type Error = Rejection;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let decision = decide(request, true);
+        Box::pin(async move { decision.await.map(RateLimited) })
     }
 }

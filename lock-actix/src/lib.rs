@@ -1,57 +1,69 @@
-//! actix-web integration of the redis-lock primitives.
+#![doc = include_str!("../README.md")]
 //!
-//! * Middleware in actix-web's own shape (a [`Transform`](actix_web::dev::Transform) builder, a
-//!   [`Service`](actix_web::dev::Service), a boxed future): [`RateLimit`] and [`KeyLock`], configured
-//!   with the very same lock-tower layers, so statuses, headers, key
-//!   extractors and failure policies match the tower/axum side.
-//! * Extractors ([`FromRequest`](actix_web::FromRequest)): [`Locked`] holds a per-route lock for the
-//!   handler's lifetime; [`RateDecision`] hands the rate-limit decision to the
-//!   handler. They find their configuration in app data ([`RouteLock`],
-//!   [`RouteRateLimit`]).
-//! * Refusals are [`Rejection`]s, which implement [`ResponseError`](actix_web::ResponseError).
+//! # What is here
 //!
-//! Locks are released on the actix worker's own runtime when the guard drops,
-//! also when a client disconnects and actix drops the handler.
+//! Everything an actix-web application needs, from this one crate:
 //!
-//! ```no_run
-//! use std::num::NonZeroU32;
-//! use actix_web::{App, HttpServer, web};
-//! use lock_actix::{KeyLock, Locked, RateLimit, RouteLock};
-//! use lock_core::backend::MemoryBackend;
-//! use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-//! use lock_tower::key::{PathKey, PeerIp};
-//! use lock_tower::{LockLayer, RateLimitLayer};
+//! * the primitives and backends of lock-core: [`backend`], [`lock`],
+//!   [`rate`], [`counter`], [`Error`];
+//! * the layers of lock-tower, which configure everything:
+//!   [`RateLimitLayer`], [`LockLayer`], [`ConcurrencyLimitLayer`], and
+//!   the key extractors in [`key`];
+//! * middleware in actix-web's own shape (a [`Transform`](actix_web::dev::Transform),
+//!   a [`Service`](actix_web::dev::Service), a boxed future), made from
+//!   those layers: [`RateLimitMiddleware`] and [`LockMiddleware`] (which
+//!   can hold its lock until the body has been sent);
+//! * extractors ([`FromRequest`](actix_web::FromRequest)): [`Locked`]
+//!   holds a per-route lock for the handler's lifetime, [`RateLimited`]
+//!   refuses over-limit requests with the layer's 429, [`RateDecision`]
+//!   hands the decision to the handler. They read their configuration from
+//!   app data ([`RouteLock`], [`RouteRateLimit`]); a marker type tells
+//!   several configurations apart.
 //!
-//! async fn pay(_lock: Locked) -> &'static str {
-//!     "paid"
-//! }
+//! Statuses, headers, key extractors and failure policies match the
+//! tower/axum side. Refusals are [`Rejection`]s, which implement
+//! [`ResponseError`](actix_web::ResponseError). Locks are released on the
+//! actix worker's own runtime when their guard drops, also when a client
+//! disconnects and actix drops the handler.
 //!
-//! # async fn run() -> std::io::Result<()> {
-//! let backend = MemoryBackend::new();
-//! let policy = Policy::new(Algorithm::Gcra)
-//!     .quota(Quota::per_second(NonZeroU32::new(10).unwrap()));
-//! let limiter = RateLimiter::new(backend.clone(), "api", policy).unwrap();
-//! let limit = RateLimit::new(RateLimitLayer::new(limiter, PeerIp::new()));
-//! let route_lock = RouteLock::new(LockLayer::new(backend, PathKey));
-//! HttpServer::new(move || {
-//!     App::new()
-//!         .wrap(limit.clone())
-//!         .app_data(route_lock.clone())
-//!         .route("/orders/{id}/pay", web::post().to(pay))
-//! })
-//! .bind(("127.0.0.1", 8080))?
-//! .run()
-//! .await
-//! # }
-//! ```
+//! Keys from the matched route ([`key::PathParam`],
+//! [`key::MatchedRoute`]) are known in extractors and in middleware on a
+//! resource or scope (`web::resource(..).wrap`), not in `App::wrap`
+//! middleware, which runs before routing (it answers 500 and logs the fix
+//! once).
 
+mod body;
 mod convert;
 mod extract;
-mod key_lock;
+mod lock_middleware;
 mod rate_limit;
 mod rejection;
 
-pub use self::extract::{Locked, RateDecision, RouteLock, RouteRateLimit};
-pub use self::key_lock::{KeyLock, KeyLockMiddleware};
-pub use self::rate_limit::{RateLimit, RateLimitMiddleware};
+pub use lock_core::{BackendError, Error, Result, backend, counter, lock, name, rate};
+pub use lock_tower::{
+    BREAKER_OPEN, ConcurrencyLimitLayer, DEFAULT_DECISION_TIMEOUT, DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_LOCK_WAIT, HeldLock, LockLayer, Metrics, MissingKey, OnBackendFailure, RateLimitLayer,
+    key,
+};
+
+pub use self::body::HeldBody;
+pub use self::extract::{Locked, RateDecision, RateLimited};
+pub use self::lock_middleware::{LockMiddleware, LockService};
+pub use self::rate_limit::{RateLimitMiddleware, RateLimitService};
 pub use self::rejection::Rejection;
+pub use lock_tower::adapter::{RouteLock, RouteRateLimit};
+
+/// The names most applications use, in one `use lock_actix::prelude::*`.
+pub mod prelude {
+    pub use crate::backend::{AnyBackend, MemoryBackend};
+    #[cfg(feature = "redis")]
+    pub use crate::backend::{ClusterBackend, RedisBackend, SentinelBackend};
+    pub use crate::counter::{Purchase, Stock};
+    pub use crate::key::{ClientIp, GlobalKey, HeaderKey, MatchedRoute, PathParam, PeerIp};
+    pub use crate::lock::{Lock, LockOptions, Semaphore};
+    pub use crate::rate::{Algorithm, Policy, Quota, RateLimiter};
+    pub use crate::{
+        ConcurrencyLimitLayer, LockLayer, LockMiddleware, Locked, OnBackendFailure, RateDecision,
+        RateLimitLayer, RateLimitMiddleware, RateLimited, RouteLock, RouteRateLimit,
+    };
+}

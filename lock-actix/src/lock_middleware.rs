@@ -8,62 +8,79 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forwar
 use actix_web::{HttpRequest, HttpResponse};
 use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
+use lock_tower::adapter::{LockVerdict, SharedLock};
 use lock_tower::key::KeyExtractor;
-use lock_tower::{ConcurrencyLimitLayer, HeldLock, LockLayer, LockVerdict, SharedLock};
+use lock_tower::{ConcurrencyLimitLayer, HeldLock, LockLayer, LockRefusal};
 
+use crate::body::HeldBody;
 use crate::convert::{View, to_actix};
 
-/// Per-key lock (or concurrency limit) middleware:
-/// `App::new().wrap(KeyLock::new(layer))`. The lock is held until the
-/// response is produced, and released at once if the client goes away.
+/// Per-key lock (or concurrency limit) middleware, configured as a
+/// [`LockLayer`] (or [`ConcurrencyLimitLayer`]):
+/// `web::resource("/orders/{id}/pay").wrap(LockMiddleware::new(layer))`.
+/// The lock is held until the response is produced, or until its body has
+/// been sent with [`LockLayer::hold_until_body_sent`], and released at
+/// once if the client goes away.
+///
+/// A key from the matched route ([`PathParam`](lock_tower::key::PathParam),
+/// [`MatchedRoute`](lock_tower::key::MatchedRoute)) needs the middleware
+/// on the resource or scope (`web::resource(..).wrap`,
+/// `web::scope(..).wrap`): `App::wrap` runs before routing.
 #[derive(Clone, Debug)]
-pub struct KeyLock(SharedLock);
+pub struct LockMiddleware(SharedLock);
 
-impl KeyLock {
+impl LockMiddleware {
     /// Locks as `layer` would.
     pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
-        KeyLock(SharedLock::new(layer))
+        LockMiddleware(SharedLock::new(layer))
     }
 
     /// Admits at most N requests per key, as `layer` would.
     pub fn concurrency<B: LockBackend, K: KeyExtractor>(
         layer: ConcurrencyLimitLayer<B, K>,
     ) -> Self {
-        KeyLock(SharedLock::concurrency(layer))
+        LockMiddleware(SharedLock::concurrency(layer))
     }
 }
 
-impl<S, Bd> Transform<S, ServiceRequest> for KeyLock
+impl<S, Bd> Transform<S, ServiceRequest> for LockMiddleware
 where
     S: Service<ServiceRequest, Response = ServiceResponse<Bd>, Error = actix_web::Error> + 'static,
     Bd: MessageBody + 'static,
 {
-    type Response = ServiceResponse<EitherBody<Bd>>;
+    type Response = ServiceResponse<EitherBody<HeldBody<Bd>>>;
     type Error = actix_web::Error;
-    type Transform = KeyLockMiddleware<S>;
+    type Transform = LockService<S>;
     type InitError = ();
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(KeyLockMiddleware {
+        ready(Ok(LockService {
             service: Rc::new(service),
             locker: self.0.clone(),
         }))
     }
 }
 
-/// The service of [`KeyLock`].
-pub struct KeyLockMiddleware<S> {
+/// The service of [`LockMiddleware`].
+pub struct LockService<S> {
     service: Rc<S>,
     locker: SharedLock,
 }
 
-impl<S, Bd> Service<ServiceRequest> for KeyLockMiddleware<S>
+/// The middleware's own answer, marked as a lock's refusal.
+fn refusal<B>(request: ServiceRequest, response: HttpResponse) -> ServiceResponse<EitherBody<B>> {
+    let mut response = request.into_response(response);
+    response.response_mut().extensions_mut().insert(LockRefusal);
+    response.map_into_right_body()
+}
+
+impl<S, Bd> Service<ServiceRequest> for LockService<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<Bd>, Error = actix_web::Error> + 'static,
     Bd: MessageBody + 'static,
 {
-    type Response = ServiceResponse<EitherBody<Bd>>;
+    type Response = ServiceResponse<EitherBody<HeldBody<Bd>>>;
     type Error = actix_web::Error;
     type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
 
@@ -73,53 +90,49 @@ where
         let (service, locker) = (self.service.clone(), self.locker.clone());
         Box::pin(async move {
             let view = View::of(request.request(), locker.headers_read());
-            let held = match locker.acquire(view.parts()).await {
+            let mut held = match locker.acquire(view.parts()).await {
                 LockVerdict::Proceed(held) => held,
-                LockVerdict::Respond(response) => {
-                    return Ok(request
-                        .into_response(to_actix(response))
-                        .map_into_right_body());
-                }
+                LockVerdict::Respond(response) => return Ok(refusal(request, to_actix(response))),
                 _ => {
-                    return Ok(request
-                        .into_response(HttpResponse::ServiceUnavailable().finish())
-                        .map_into_right_body());
+                    let unavailable = HttpResponse::ServiceUnavailable().finish();
+                    return Ok(refusal(request, unavailable));
                 }
             };
-            let response = match (held, locker.cancels_on_lease_loss()) {
-                (Some(mut held), true) => {
+            let response = match held.as_mut() {
+                Some(lock) if locker.cancels_on_lease_loss() => {
                     let http_request = request.request().clone();
                     let call = service.call(request);
-                    futures_util::pin_mut!(call);
-                    unless_lease_lost(call, &mut held, http_request).await?
+                    match unless_lease_lost(call, lock).await {
+                        Some(response) => response?,
+                        None => return Ok(lease_lost(http_request)),
+                    }
                 }
-                (held, _) => {
-                    let response = service.call(request).await?.map_into_left_body();
-                    drop(held);
-                    response
-                }
+                _ => service.call(request).await?,
             };
-            Ok(response)
+            // Released now, or once the body has been sent.
+            let held = if locker.holds_until_body_sent() {
+                held
+            } else {
+                drop(held);
+                None
+            };
+            Ok(response.map_body(|_, body| EitherBody::left(HeldBody::new(body, held))))
         })
     }
 }
 
-/// Runs `call` unless the lease is lost first (then answers 503).
-async fn unless_lease_lost<Bd, F>(
-    call: std::pin::Pin<&mut F>,
-    held: &mut HeldLock,
-    request: HttpRequest,
-) -> Result<ServiceResponse<EitherBody<Bd>>, actix_web::Error>
-where
-    F: std::future::Future<Output = Result<ServiceResponse<Bd>, actix_web::Error>>,
-    Bd: MessageBody + 'static,
-{
+/// Runs `call` unless the lease is lost first (then `None`).
+async fn unless_lease_lost<F: Future>(call: F, held: &mut HeldLock) -> Option<F::Output> {
     use futures_util::future::{Either, select};
+    let call = std::pin::pin!(call);
     match select(call, std::pin::pin!(held.lost())).await {
-        Either::Left((response, _)) => Ok(response?.map_into_left_body()),
-        Either::Right(((), _)) => {
-            let response = HttpResponse::ServiceUnavailable().body("Lock lease lost\n");
-            Ok(ServiceResponse::new(request, response).map_into_right_body())
-        }
+        Either::Left((response, _)) => Some(response),
+        Either::Right(((), _)) => None,
     }
+}
+
+/// 503: the handler was cancelled when the lock's lease was lost.
+fn lease_lost<B>(request: HttpRequest) -> ServiceResponse<EitherBody<B>> {
+    let response = HttpResponse::ServiceUnavailable().body("Lock lease lost\n");
+    ServiceResponse::new(request, response).map_into_right_body()
 }

@@ -9,35 +9,37 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forwar
 use actix_web::http::header::{HeaderName as ActixName, HeaderValue as ActixValue};
 use futures_util::future::LocalBoxFuture;
 use lock_core::rate::RateBackend;
+use lock_tower::adapter::{RateVerdict, SharedRateLimit};
 use lock_tower::key::KeyExtractor;
-use lock_tower::{RateLimitLayer, RateVerdict, SharedRateLimit};
+use lock_tower::{LockRefusal, RateLimitLayer};
 
 use crate::convert::{View, insert_header, to_actix};
 
-/// Rate-limit middleware: `App::new().wrap(RateLimit::new(layer))`.
+/// Rate-limit middleware, configured as a [`RateLimitLayer`]:
+/// `App::new().wrap(RateLimitMiddleware::new(layer))`.
 #[derive(Clone, Debug)]
-pub struct RateLimit(SharedRateLimit);
+pub struct RateLimitMiddleware(SharedRateLimit);
 
-impl RateLimit {
+impl RateLimitMiddleware {
     /// Limits as `layer` would.
     pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
-        RateLimit(SharedRateLimit::new(layer))
+        RateLimitMiddleware(SharedRateLimit::new(layer))
     }
 }
 
-impl<S, Bd> Transform<S, ServiceRequest> for RateLimit
+impl<S, Bd> Transform<S, ServiceRequest> for RateLimitMiddleware
 where
     S: Service<ServiceRequest, Response = ServiceResponse<Bd>, Error = actix_web::Error> + 'static,
     Bd: MessageBody + 'static,
 {
     type Response = ServiceResponse<EitherBody<Bd>>;
     type Error = actix_web::Error;
-    type Transform = RateLimitMiddleware<S>;
+    type Transform = RateLimitService<S>;
     type InitError = ();
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(RateLimitMiddleware {
+        ready(Ok(RateLimitService {
             service: Rc::new(service),
             limit: self.0.clone(),
             policy: Rc::default(),
@@ -45,8 +47,8 @@ where
     }
 }
 
-/// The service of [`RateLimit`].
-pub struct RateLimitMiddleware<S> {
+/// The service of [`RateLimitMiddleware`].
+pub struct RateLimitService<S> {
     service: Rc<S>,
     limit: SharedRateLimit,
     policy: Rc<PolicyCache>,
@@ -82,7 +84,7 @@ impl PolicyCache {
     }
 }
 
-impl<S, Bd> Service<ServiceRequest> for RateLimitMiddleware<S>
+impl<S, Bd> Service<ServiceRequest> for RateLimitService<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<Bd>, Error = actix_web::Error> + 'static,
     Bd: MessageBody + 'static,
@@ -101,7 +103,9 @@ where
             match limit.decide(view.parts()).await {
                 RateVerdict::Allow(decision) => {
                     let mut response = service.call(request).await?;
-                    if let Some(decision) = decision {
+                    // A lock's refusal is about the lock, not the rate.
+                    let refused = response.response().extensions().contains::<LockRefusal>();
+                    if let Some(decision) = decision.filter(|_| !refused) {
                         let headers = response.headers_mut();
                         limit.for_each_field(&decision, |name, value| {
                             policy.insert(headers, name, &value);

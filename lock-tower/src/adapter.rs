@@ -1,6 +1,9 @@
-//! Type-erased handles on configured layers, for framework adapters: one
-//! extractor or middleware type serves any backend and key extractor.
+//! For framework adapters (lock-axum, lock-actix, yours): type-erased
+//! handles on configured layers, so that one extractor or middleware type
+//! serves any backend and key extractor, and the verdicts they hand back.
+//! Applications use the layers and the adapters' extractors instead.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -9,8 +12,10 @@ use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
+pub use crate::lock::LockVerdict;
 use crate::rate_limit::ErasedDecision;
-use crate::{ConcurrencyLimitLayer, LockLayer, LockVerdict, RateLimitLayer, RateVerdict};
+pub use crate::rate_limit::RateVerdict;
+use crate::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
 
 trait DecideRate: Send + Sync {
     fn decide<'a>(&'a self, parts: RequestParts<'a>) -> ErasedDecision<'a>;
@@ -78,6 +83,7 @@ impl std::fmt::Debug for SharedRateLimit {
 trait AcquireLock: Send + Sync {
     fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict>;
     fn cancels_on_lease_loss(&self) -> bool;
+    fn holds_until_body_sent(&self) -> bool;
     fn headers_read(&self) -> HeadersRead<'_>;
 }
 
@@ -88,6 +94,10 @@ impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
 
     fn cancels_on_lease_loss(&self) -> bool {
         LockLayer::cancels_on_lease_loss(self)
+    }
+
+    fn holds_until_body_sent(&self) -> bool {
+        LockLayer::holds_until_body_sent(self)
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
@@ -102,6 +112,10 @@ impl<B: LockBackend, K: KeyExtractor> AcquireLock for ConcurrencyLimitLayer<B, K
 
     fn cancels_on_lease_loss(&self) -> bool {
         ConcurrencyLimitLayer::cancels_on_lease_loss(self)
+    }
+
+    fn holds_until_body_sent(&self) -> bool {
+        ConcurrencyLimitLayer::holds_until_body_sent(self)
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
@@ -135,6 +149,11 @@ impl SharedLock {
     /// See [`LockLayer::cancels_on_lease_loss`].
     pub fn cancels_on_lease_loss(&self) -> bool {
         self.0.cancels_on_lease_loss()
+    }
+
+    /// See [`LockLayer::hold_until_body_sent`].
+    pub fn holds_until_body_sent(&self) -> bool {
+        self.0.holds_until_body_sent()
     }
 
     /// See [`LockLayer::headers_read`].
@@ -214,5 +233,93 @@ impl SharedRateLimit {
             decision,
             limit: self.clone(),
         })
+    }
+}
+
+/// The configuration of the adapters' `Locked` extractors (router state in
+/// axum, app data in actix-web): which lock a request takes, and how (wait,
+/// statuses, failure policy), as configured on a [`LockLayer`] or a
+/// [`ConcurrencyLimitLayer`].
+///
+/// `M` tells several configurations of one app apart: a
+/// `RouteLock<Payments>` (made with [`marked`](Self::marked)) serves
+/// `Locked<Payments>`, a `RouteLock` (`M = ()`) serves `Locked`. Any
+/// `'static` type will do as `M`; it is never built.
+pub struct RouteLock<M = ()>(SharedLock, PhantomData<fn() -> M>);
+
+impl<M> Clone for RouteLock<M> {
+    fn clone(&self) -> Self {
+        RouteLock(self.0.clone(), PhantomData)
+    }
+}
+
+impl<M> std::fmt::Debug for RouteLock<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RouteLock").field(&self.0).finish()
+    }
+}
+
+impl RouteLock {
+    /// Locks as `layer` would.
+    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
+        RouteLock(SharedLock::new(layer), PhantomData)
+    }
+
+    /// Takes permits as `layer` would (at most N handlers per key).
+    pub fn concurrency<B: LockBackend, K: KeyExtractor>(
+        layer: ConcurrencyLimitLayer<B, K>,
+    ) -> Self {
+        RouteLock(SharedLock::concurrency(layer), PhantomData)
+    }
+}
+
+impl<M> RouteLock<M> {
+    /// The same configuration, for `Locked<N>`:
+    /// `RouteLock::new(layer).marked::<Payments>()`.
+    pub fn marked<N>(self) -> RouteLock<N> {
+        RouteLock(self.0, PhantomData)
+    }
+
+    /// The configured layer, type-erased.
+    pub fn lock(&self) -> &SharedLock {
+        &self.0
+    }
+}
+
+/// The configuration of the adapters' `RateLimited` and `RateDecision`
+/// extractors (router state in axum, app data in actix-web): a rate limit
+/// configured as a [`RateLimitLayer`]. `M` tells several apart, as for
+/// [`RouteLock`].
+pub struct RouteRateLimit<M = ()>(SharedRateLimit, PhantomData<fn() -> M>);
+
+impl<M> Clone for RouteRateLimit<M> {
+    fn clone(&self) -> Self {
+        RouteRateLimit(self.0.clone(), PhantomData)
+    }
+}
+
+impl<M> std::fmt::Debug for RouteRateLimit<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RouteRateLimit").field(&self.0).finish()
+    }
+}
+
+impl RouteRateLimit {
+    /// Decides as `layer` would.
+    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
+        RouteRateLimit(SharedRateLimit::new(layer), PhantomData)
+    }
+}
+
+impl<M> RouteRateLimit<M> {
+    /// The same configuration, for `RateLimited<N>` and `RateDecision<N>`:
+    /// `RouteRateLimit::new(layer).marked::<Search>()`.
+    pub fn marked<N>(self) -> RouteRateLimit<N> {
+        RouteRateLimit(self.0, PhantomData)
+    }
+
+    /// The configured layer, type-erased.
+    pub fn limit(&self) -> &SharedRateLimit {
+        &self.0
     }
 }

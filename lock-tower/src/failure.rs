@@ -1,32 +1,75 @@
-//! What the layers do when the backend fails or a request has no key, and the
-//! counters they keep.
+//! What the layers do when the backend fails or a request has no key.
 
 use std::future::Future;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use crossbeam_utils::CachePadded;
 use http::{Response, StatusCode};
 use lock_core::Error;
 
 use crate::key::Missing;
+use crate::metrics::Metrics;
 use crate::response::plain_text;
 
 /// What to do when the backend fails or does not answer within the decision
-/// timeout. Failures are logged with `tracing` and counted in [`Metrics`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// timeout. Failures are logged with `tracing` and counted in
+/// [`Metrics`](crate::Metrics). After a failure the layer does what its
+/// policy says without asking the backend for [`BREAKER_OPEN`], so a
+/// backend that is down costs one timeout per interval, not one per
+/// request; then it asks again.
+///
+/// Rate limits default to [`Fallback`](Self::Fallback), locks to
+/// [`FailClosed`](Self::FailClosed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnBackendFailure {
     /// Let the request through unchecked (availability over enforcement).
     FailOpen,
     /// Refuse it with 503 and `Retry-After` (enforcement over availability).
-    #[default]
     FailClosed,
-    /// Decide with a local in-memory backend: the limit or lock then holds per
-    /// instance instead of across them.
+    /// Decide with a local in-memory backend with the same policy: the
+    /// limit or lock then holds per instance instead of across them (and
+    /// the layer logs so at `warn`).
     Fallback,
+}
+
+/// How long a layer decides without its backend after the backend failed.
+pub const BREAKER_OPEN: Duration = Duration::from_secs(1);
+
+/// Whether a layer skips its backend, after a failure, for [`BREAKER_OPEN`].
+#[derive(Debug, Default)]
+pub(crate) struct Breaker {
+    /// Until when the backend is skipped, in milliseconds of [`now_ms`]
+    /// (0: it is not).
+    open_until: AtomicU64,
+}
+
+/// Milliseconds since the first call, from 1.
+fn now_ms() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let elapsed = BASE.get_or_init(Instant::now).elapsed().as_millis();
+    u64::try_from(elapsed).unwrap_or(u64::MAX - 1) + 1
+}
+
+impl Breaker {
+    fn is_open(&self) -> bool {
+        let until = self.open_until.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
+    }
+
+    fn trip(&self) {
+        let open = u64::try_from(BREAKER_OPEN.as_millis()).unwrap_or(u64::MAX);
+        self.open_until
+            .store(now_ms().saturating_add(open), Ordering::Relaxed);
+    }
+
+    /// Closes it after an answer; whether it had been tripped.
+    fn close(&self) -> bool {
+        self.open_until.load(Ordering::Relaxed) != 0
+            && self.open_until.swap(0, Ordering::Relaxed) != 0
+    }
 }
 
 /// How a layer treats its backend: the bound on each call, and what to do
@@ -60,24 +103,54 @@ pub(crate) fn classify(error: Error, failure: Failure, metrics: &Metrics, layer:
         }
         error => {
             metrics.count_backend_failure();
-            tracing::warn!(%error, layer, policy = ?failure.policy, "backend failed");
+            let then = match failure.policy {
+                OnBackendFailure::Fallback => "deciding in this process's memory meanwhile",
+                OnBackendFailure::FailOpen => "letting requests through meanwhile",
+                OnBackendFailure::FailClosed => "refusing requests with 503 meanwhile",
+            };
+            tracing::warn!(
+                %error,
+                layer,
+                policy = ?failure.policy,
+                retry_in = ?BREAKER_OPEN,
+                "backend failed; {then}"
+            );
             Fault::Backend(failure.policy)
         }
     }
 }
 
-/// The one sequence both layers follow for a call to the backend: bound it
-/// by the timeout, then sort any failure ([`classify`]).
+/// The one sequence both layers follow for a call to the backend: skip it
+/// while the breaker is open, bound it by the timeout, then sort any
+/// failure ([`classify`]), tripping the breaker on a backend failure.
 pub(crate) async fn guarded<T>(
     failure: Failure,
+    breaker: &Breaker,
     metrics: &Metrics,
     layer: &str,
     call: impl Future<Output = lock_core::Result<T>>,
 ) -> Result<T, Fault> {
+    if breaker.is_open() {
+        return Err(Fault::Backend(failure.policy));
+    }
     let answer = tokio::time::timeout(failure.timeout, call)
         .await
         .unwrap_or(Err(Error::Timeout(failure.timeout)));
-    answer.map_err(|error| classify(error, failure, metrics, layer))
+    match answer {
+        Ok(answer) => {
+            if breaker.close() {
+                tracing::info!(layer, "backend answers again");
+            }
+            Ok(answer)
+        }
+        Err(error) => {
+            let fault = classify(error, failure, metrics, layer);
+            if matches!(fault, Fault::Backend(_)) {
+                breaker.trip();
+            }
+            Err(fault)
+        }
+    }
 }
 
 /// What to do with a request whose key cannot be extracted, or is not a
@@ -127,181 +200,5 @@ pub(crate) fn no_key(
             StatusCode::BAD_REQUEST,
             format!("Bad request: {}\n", missing.reason()),
         )),
-    }
-}
-
-/// Counters shared by a layer and all its services.
-///
-/// Requests are counted as they are decided, on whichever threads serve
-/// them. Each thread adds to a slot of its own, on cache lines of its own,
-/// and a read sums the slots: worker threads counting at once then do not
-/// pass one cache line back and forth on every request. A read may miss
-/// counts still being added on other threads, as with any relaxed counter.
-///
-/// ```
-/// use lock_tower::Metrics;
-/// let metrics = Metrics::default();
-/// assert_eq!((metrics.allowed(), metrics.refused()), (0, 0));
-/// ```
-pub struct Metrics {
-    /// As many as the machine runs threads, times two, rounded up to a power
-    /// of two; threads take them in turn.
-    slots: Box<[CachePadded<Counts>]>,
-}
-
-#[derive(Default)]
-struct Counts {
-    allowed: AtomicU64,
-    refused: AtomicU64,
-    backend_failures: AtomicU64,
-    missing_keys: AtomicU64,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        static SLOTS: OnceLock<usize> = OnceLock::new();
-        let slots = *SLOTS.get_or_init(|| {
-            let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            (threads * 2).next_power_of_two().min(MAX_SLOTS)
-        });
-        Metrics {
-            slots: (0..slots).map(|_| CachePadded::default()).collect(),
-        }
-    }
-}
-
-/// The most slots a [`Metrics`] has (8 KiB of them on x86-64).
-const MAX_SLOTS: usize = 64;
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics")
-            .field("allowed", &self.allowed())
-            .field("refused", &self.refused())
-            .field("backend_failures", &self.backend_failures())
-            .field("missing_keys", &self.missing_keys())
-            .finish()
-    }
-}
-
-impl Metrics {
-    /// Requests let through.
-    pub fn allowed(&self) -> u64 {
-        self.sum(|c| &c.allowed)
-    }
-
-    /// Requests refused (limited, locked, or failed closed).
-    pub fn refused(&self) -> u64 {
-        self.sum(|c| &c.refused)
-    }
-
-    /// Decisions the backend failed to make in time.
-    pub fn backend_failures(&self) -> u64 {
-        self.sum(|c| &c.backend_failures)
-    }
-
-    /// Requests without a usable key.
-    pub fn missing_keys(&self) -> u64 {
-        self.sum(|c| &c.missing_keys)
-    }
-
-    fn sum(&self, counter: impl Fn(&Counts) -> &AtomicU64) -> u64 {
-        self.slots
-            .iter()
-            .map(|slot| counter(slot).load(Ordering::Relaxed))
-            .fold(0, u64::wrapping_add)
-    }
-
-    /// This thread's slot.
-    #[inline]
-    fn mine(&self) -> &Counts {
-        &self.slots[thread_index() & (self.slots.len() - 1)]
-    }
-
-    #[inline]
-    pub(crate) fn count_allowed(&self) {
-        self.mine().allowed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_refused(&self) {
-        self.mine().refused.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_backend_failure(&self) {
-        self.mine().backend_failures.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_missing_key(&self) {
-        self.mine().missing_keys.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// A number of the calling thread's own, given out in turn as threads first
-/// ask: neighbouring threads (a runtime's workers, started together) get
-/// neighbouring numbers, so they land in different slots.
-#[inline]
-fn thread_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|index| *index)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_from_many_threads_add_up() {
-        let metrics = Metrics::default();
-        // More threads than slots, so that some share one.
-        let threads = metrics.slots.len() * 2 + 1;
-        std::thread::scope(|scope| {
-            for t in 0..threads {
-                let metrics = &metrics;
-                scope.spawn(move || {
-                    for _ in 0..1000 {
-                        metrics.count_allowed();
-                        if t % 2 == 0 {
-                            metrics.count_refused();
-                        }
-                    }
-                    metrics.count_missing_key();
-                });
-            }
-        });
-        let threads = threads as u64;
-        assert_eq!(metrics.allowed(), threads * 1000);
-        assert_eq!(metrics.refused(), threads.div_ceil(2) * 1000);
-        assert_eq!(metrics.missing_keys(), threads);
-        assert_eq!(metrics.backend_failures(), 0);
-        assert_eq!(
-            format!("{metrics:?}"),
-            format!(
-                "Metrics {{ allowed: {}, refused: {}, backend_failures: 0, missing_keys: {threads} }}",
-                threads * 1000,
-                threads.div_ceil(2) * 1000
-            )
-        );
-    }
-
-    #[test]
-    fn a_thread_counts_in_one_slot() {
-        let metrics = Metrics::default();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                for _ in 0..10 {
-                    metrics.count_backend_failure();
-                }
-            });
-        });
-        let counts: Vec<u64> = metrics
-            .slots
-            .iter()
-            .map(|slot| slot.backend_failures.load(Ordering::Relaxed))
-            .filter(|&n| n > 0)
-            .collect();
-        assert_eq!(counts, [10]);
     }
 }

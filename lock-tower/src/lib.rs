@@ -49,16 +49,20 @@
 //!     );
 //! ```
 
+pub mod adapter;
 pub mod body;
 mod failure;
 pub mod headers;
 pub mod key;
 pub mod lock;
+mod metrics;
 pub mod rate_limit;
 mod response;
-pub mod shared;
 
-pub use failure::{Metrics, MissingKey, OnBackendFailure};
-pub use lock::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, HeldLock, LockLayer, LockVerdict};
-pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer, RateVerdict};
-pub use shared::{HandlerDecision, SharedLock, SharedRateLimit};
+pub use failure::{BREAKER_OPEN, MissingKey, OnBackendFailure};
+pub use lock::{
+    ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, HeldLock, LockLayer,
+    LockRefusal,
+};
+pub use metrics::Metrics;
+pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer};

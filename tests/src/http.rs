@@ -153,3 +153,32 @@ impl TestClient {
         self.send("GET", url, headers).await
     }
 }
+
+/// Starts an actix-web app on its own thread; returns its address.
+pub fn actix<F, T, B>(factory: F) -> std::net::SocketAddr
+where
+    F: Fn() -> actix_web::App<T> + Send + Clone + 'static,
+    T: actix_web::dev::ServiceFactory<
+            actix_web::dev::ServiceRequest,
+            Config = (),
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    B: actix_web::body::MessageBody + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = actix_web::HttpServer::new(factory)
+                .workers(1)
+                .disable_signals()
+                .bind(("127.0.0.1", 0))
+                .expect("bind");
+            let addr = server.addrs()[0];
+            tx.send(addr).expect("send");
+            server.run().await.expect("run");
+        });
+    });
+    rx.recv().expect("actix server address")
+}

@@ -92,40 +92,13 @@ async fn axum_rate_extractors() {
     );
 }
 
-/// Starts an actix-web app on its own thread; returns its address.
-fn actix<F, T, B>(factory: F) -> std::net::SocketAddr
-where
-    F: Fn() -> actix_web::App<T> + Send + Clone + 'static,
-    T: actix_web::dev::ServiceFactory<
-            actix_web::dev::ServiceRequest,
-            Config = (),
-            Response = actix_web::dev::ServiceResponse<B>,
-            Error = actix_web::Error,
-            InitError = (),
-        > + 'static,
-    B: actix_web::body::MessageBody + 'static,
-{
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        actix_web::rt::System::new().block_on(async move {
-            let server = actix_web::HttpServer::new(factory)
-                .workers(1)
-                .disable_signals()
-                .bind(("127.0.0.1", 0))
-                .expect("bind");
-            let addr = server.addrs()[0];
-            tx.send(addr).expect("send");
-            server.run().await.expect("run");
-        });
-    });
-    rx.recv().expect("actix server address")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actix_key_lock_middleware_and_rate_decision() {
     use actix_web::{HttpResponse, web};
-    let lock = lock_actix::KeyLock::new(LockLayer::new(MemoryBackend::new(), PathKey));
-    let addr = actix(move || {
+    let lock = lock_actix::LockMiddleware::new(
+        LockLayer::new(MemoryBackend::new(), PathKey).wait(Duration::ZERO),
+    );
+    let addr = lock_tests::http::actix(move || {
         actix_web::App::new().wrap(lock.clone()).route(
             "/slow",
             web::get().to(|| async {
@@ -145,7 +118,7 @@ async fn actix_key_lock_middleware_and_rate_decision() {
     assert_eq!(first.await.expect("join"), StatusCode::OK);
 
     let decide = lock_actix::RouteRateLimit::new(two_per_minute("actix-decide"));
-    let addr = actix(move || {
+    let addr = lock_tests::http::actix(move || {
         actix_web::App::new().app_data(decide.clone()).route(
             "/",
             web::get().to(|decision: lock_actix::RateDecision| async move {
@@ -204,11 +177,11 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
     assert_eq!(path_lock.headers_read(), HeadersRead::None);
 
     let (by_header, costed, behind_proxy) = (
-        lock_actix::RateLimit::new(by_header),
-        lock_actix::RateLimit::new(costed),
-        lock_actix::RateLimit::new(behind_proxy),
+        lock_actix::RateLimitMiddleware::new(by_header),
+        lock_actix::RateLimitMiddleware::new(costed),
+        lock_actix::RateLimitMiddleware::new(behind_proxy),
     );
-    let addr = actix(move || {
+    let addr = lock_tests::http::actix(move || {
         let ok = || web::get().to(|| async { HttpResponse::Ok().body("ok") });
         actix_web::App::new()
             .service(web::scope("/user").wrap(by_header.clone()).route("", ok()))

@@ -361,7 +361,9 @@ async fn a_fair_lock_serves_waiting_requests_in_arrival_order<B: LockBackend>(ba
 
 async fn busy_key_is_refused_or_times_out<B: LockBackend>(backend: B) {
     let overlap = Arc::new(Overlap::default());
-    let refuse = LockLayer::new(backend.clone(), PathKey).scope("refuse");
+    let refuse = LockLayer::new(backend.clone(), PathKey)
+        .scope("refuse")
+        .wait(Duration::ZERO);
     let app = overlap_app(overlap.clone(), Duration::from_millis(500)).layer(refuse);
     let server = TestServer::start(app).await;
     let client = TestClient::new();
@@ -400,7 +402,7 @@ async fn busy_key_is_refused_or_times_out<B: LockBackend>(backend: B) {
 
 async fn disconnecting_client_frees_the_lock<B: LockBackend>(backend: B) {
     let overlap = Arc::new(Overlap::default());
-    let layer = LockLayer::new(backend, PathKey);
+    let layer = LockLayer::new(backend, PathKey).wait(Duration::ZERO);
     let app = overlap_app(overlap.clone(), Duration::from_secs(20)).layer(layer);
     let server = TestServer::start(app).await;
     // A raw connection that sends a request and then goes away.
@@ -480,6 +482,7 @@ async fn lock_can_be_held_until_the_body_is_sent<B: LockBackend>(backend: B) {
     for hold in [true, false] {
         let layer = LockLayer::new(backend.clone(), PathKey)
             .scope(if hold { "hold" } else { "nohold" })
+            .wait(Duration::ZERO)
             .hold_until_body_sent(hold);
         let server = TestServer::start(streaming_app().layer(layer)).await;
         let first = {
@@ -539,7 +542,7 @@ async fn handler_is_cancelled_when_the_lease_is_lost<B: LockBackend>(backend: B)
 async fn sequential_requests_on_one_key_are_never_refused<B: LockBackend>(backend: B) {
     // The lock is released before the response goes out, so a client that
     // sends its next request at once finds the key free (wait 0: busy = 423).
-    let layer = LockLayer::new(backend, PathKey);
+    let layer = LockLayer::new(backend, PathKey).wait(Duration::ZERO);
     let app = Router::new()
         .route("/seq", get(|| async { "ok" }))
         .layer(layer);

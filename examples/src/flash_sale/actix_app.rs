@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use lock_actix::{Locked, RateLimit, RouteLock};
+use lock_actix::{Locked, RateLimitMiddleware, RouteLock};
 use serde::Deserialize;
 
 use super::shop::{Outcome, Shop};
@@ -80,15 +80,15 @@ async fn cancel(shop: web::Data<Shop>, path: web::Path<(String, String)>) -> Htt
 }
 
 /// The per-user and per-address rate limits, and the per-user lock.
-fn middleware(shop: &Shop) -> (RateLimit, RateLimit, RouteLock) {
+fn middleware(shop: &Shop) -> (RateLimitMiddleware, RateLimitMiddleware, RouteLock) {
     let backend = shop.backend.clone();
     let user_lock = match &shop.redlock {
         Some(redlock) => RouteLock::new(shop.lock_layer(redlock.clone())),
         None => RouteLock::new(shop.lock_layer(backend.clone())),
     };
     (
-        RateLimit::new(shop.user_rate_layer(backend.clone())),
-        RateLimit::new(shop.address_rate_layer(backend)),
+        RateLimitMiddleware::new(shop.user_rate_layer(backend.clone())),
+        RateLimitMiddleware::new(shop.address_rate_layer(backend)),
         user_lock,
     )
 }

@@ -40,7 +40,7 @@ impl PeerIp {
 }
 
 impl KeyExtractor for PeerIp {
-    fn missing(&self) -> Missing {
+    fn missing(&self, _request: RequestParts<'_>) -> Missing {
         no_peer_address()
     }
 
@@ -189,7 +189,7 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
-    fn missing(&self) -> Missing {
+    fn missing(&self, _request: RequestParts<'_>) -> Missing {
         no_peer_address()
     }
 

@@ -6,6 +6,8 @@
 //! | [`ClientIp`] | the client's address behind trusted proxies (`X-Forwarded-For` or `Forwarded`) |
 //! | [`HeaderKey`] | a header's value (an API key, a user id) |
 //! | [`PathKey`] | the request path |
+//! | [`PathParam`] | one path parameter of the matched route (`/orders/{id}`: the id) |
+//! | [`MatchedRoute`] | the matched route's pattern (one key per route) |
 //! | [`GlobalKey`] | one constant key: a limit shared by every request |
 //! | any `Fn(RequestParts<'_>) -> Option<String>` | whatever it returns |
 //!
@@ -16,6 +18,7 @@
 //! as its text (`192.0.2.7`, `2001:db8:1:2::/64`), not written out.
 
 mod ip;
+mod route;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -26,6 +29,7 @@ use http::{Extensions, HeaderMap, Method, Request, Uri};
 pub use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
 pub use self::ip::{ClientIp, ForwardedHeader, PeerIp};
+pub use self::route::{MatchedRoute, PathParam, RouteParams};
 
 /// The parts of a request a key extractor may look at.
 #[derive(Debug, Clone, Copy)]
@@ -145,11 +149,12 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The key of the request.
     fn extract(&self, request: RequestParts<'_>) -> Option<String>;
 
-    /// Why a request has no key, when it has none (the default: the
+    /// Why `request` has no key, when it has none (the default: the
     /// request's fault, with no more said). An extractor that reads what
-    /// the server must provide (the peer address) says so, so that the
-    /// layers log the fix instead of blaming clients.
-    fn missing(&self) -> Missing {
+    /// the server must provide (the peer address, the route's parameters)
+    /// says so, so that the layers log the fix instead of blaming clients.
+    fn missing(&self, request: RequestParts<'_>) -> Missing {
+        let _ = request;
         Missing::request("the request has no key")
     }
 
@@ -256,7 +261,7 @@ impl KeyExtractor for HeaderKey {
         self.value(request).map(str::to_owned)
     }
 
-    fn missing(&self) -> Missing {
+    fn missing(&self, _request: RequestParts<'_>) -> Missing {
         Missing::request(format!(
             "the `{}` header is missing, empty or not text",
             self.0

@@ -14,11 +14,12 @@ use http::{HeaderValue, StatusCode};
 use lock_core::backend::MemoryBackend;
 use lock_core::lock::{Lock, LockBackend, LockGuard, LockOptions, Semaphore};
 
-use super::{HeldLock, LockVerdict as Verdict};
+use super::{HeldLock, HoldTimer, LockRefusal, LockVerdict as Verdict};
 use crate::body::Held;
-use crate::failure::{Failure, Fault, Metrics, MissingKey, OnBackendFailure, guarded, no_key};
+use crate::failure::{Breaker, Failure, Fault, MissingKey, OnBackendFailure, guarded, no_key};
 use crate::headers::retry_after;
 use crate::key::{KeyExtractor, Missing, RequestParts};
+use crate::metrics::Metrics;
 use crate::response::{plain, unavailable};
 
 /// One lock per key, or up to N permits per key.
@@ -43,6 +44,7 @@ pub(crate) struct Locking<B, K> {
     pub(crate) hold_body: bool,
     pub(crate) cancel_on_loss: bool,
     pub(crate) failure: Failure,
+    pub(crate) breaker: Arc<Breaker>,
     pub(crate) missing_key: MissingKey,
     pub(crate) metrics: Arc<Metrics>,
     /// Whether a key the set-up keeps every request from having was logged.
@@ -67,13 +69,24 @@ async fn take<BK: LockBackend>(
     }
 }
 
-fn held<BK: LockBackend>(guard: LockGuard<BK>) -> HeldLock {
+fn held<BK: LockBackend>(guard: LockGuard<BK>, metrics: &Arc<Metrics>) -> HeldLock {
     let lost = Box::pin(guard.lost_owned());
     HeldLock {
+        fence: guard.fencing_token(),
         guard: Box::new(guard),
         lost,
         release: release_guard::<BK>,
+        _timer: HoldTimer {
+            metrics: metrics.clone(),
+            since: std::time::Instant::now(),
+        },
     }
+}
+
+/// The layer's own answer, marked as a lock's refusal.
+fn refusal(mut response: http::Response<bytes::Bytes>) -> Verdict {
+    response.extensions_mut().insert(LockRefusal);
+    Verdict::Respond(response)
 }
 
 fn release_guard<BK: LockBackend>(guard: Held) -> BoxFuture<'static, ()> {
@@ -91,7 +104,7 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
         self.metrics.count_missing_key();
         match no_key(self.missing_key, missing, "lock", &self.warned) {
             None => Verdict::Proceed(None),
-            Some(response) => Verdict::Respond(response),
+            Some(response) => refusal(response),
         }
     }
 
@@ -112,14 +125,19 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
         };
         let mut response = plain(status, text);
         response.headers_mut().insert(RETRY_AFTER, retry);
-        Verdict::Respond(response)
+        refusal(response)
     }
 
-    fn proceed<BK: LockBackend>(&self, taken: Option<LockGuard<BK>>) -> Verdict {
+    fn proceed<BK: LockBackend>(
+        &self,
+        taken: Option<LockGuard<BK>>,
+        started: std::time::Instant,
+    ) -> Verdict {
+        self.metrics.record_wait(started.elapsed());
         match taken {
             Some(guard) => {
                 self.metrics.count_allowed();
-                Verdict::Proceed(Some(held(guard)))
+                Verdict::Proceed(Some(held(guard, &self.metrics)))
             }
             None => self.busy(),
         }
@@ -129,18 +147,19 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
     pub(crate) async fn acquire(&self, request: RequestParts<'_>) -> Verdict {
         match self.key.extract(request) {
             Some(key) => self.acquire_key(key).await,
-            None => self.missing(),
+            None => self.missing(self.key.missing(request)),
         }
     }
 
-    /// The verdict for a request without a key.
-    pub(crate) fn missing(&self) -> Verdict {
-        self.no_key(&self.key.missing())
+    /// The verdict for a request without a key, for the reason given.
+    pub(crate) fn missing(&self, why: Missing) -> Verdict {
+        self.no_key(&why)
     }
 
     /// Takes the lock of `key`, within the wait and the decision timeout.
     pub(crate) async fn acquire_key(&self, key: String) -> Verdict {
         let name = format!("{}:{key}", self.scope);
+        let started = std::time::Instant::now();
         let bound = Failure {
             timeout: self.wait + self.failure.timeout,
             ..self.failure
@@ -152,12 +171,12 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
             &name,
             self.wait,
         );
-        match guarded(bound, &self.metrics, "lock", taking).await {
-            Ok(taken) => self.proceed(taken),
+        match guarded(bound, &self.breaker, &self.metrics, "lock", taking).await {
+            Ok(taken) => self.proceed(taken, started),
             Err(Fault::InvalidKey(reason)) => {
                 self.no_key(&Missing::request(format!("the request's key {reason}")))
             }
-            Err(Fault::Misconfigured) => Verdict::Respond(plain(
+            Err(Fault::Misconfigured) => refusal(plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Lock misconfigured\n",
             )),
@@ -175,13 +194,13 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
                     self.wait,
                 );
                 match local.await {
-                    Ok(taken) => self.proceed(taken),
-                    Err(_) => Verdict::Respond(unavailable()),
+                    Ok(taken) => self.proceed(taken, started),
+                    Err(_) => refusal(unavailable()),
                 }
             }
             Err(Fault::Backend(_)) => {
                 self.metrics.count_refused();
-                Verdict::Respond(unavailable())
+                refusal(unavailable())
             }
         }
     }

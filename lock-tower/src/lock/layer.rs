@@ -10,11 +10,17 @@ use tower::Layer;
 use super::LockVerdict;
 use super::acquire::{Locking, Mode};
 use super::service::LockService;
-use crate::failure::{Failure, Metrics, MissingKey, OnBackendFailure};
+use crate::failure::{Failure, MissingKey, OnBackendFailure};
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
+use crate::metrics::Metrics;
 
 /// Default bound on lock calls beyond the wait itself.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Default longest wait for a busy key: requests that share a key are
+/// served one after another, and one that waited this long is answered 503
+/// with `Retry-After`.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Serializes requests that share a key. See the [module docs](crate::lock).
 #[derive(Debug, Clone)]
@@ -23,11 +29,12 @@ pub struct LockLayer<B, K> {
 }
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
-    /// One request at a time per key. Defaults: refuse a busy key at once with
-    /// 423, a 30 s watchdog lease, release when the response is produced, fail
-    /// closed (503), [`MissingKey::Reject`] for a request without a usable
-    /// key (400, or 500 for a set-up problem), lock names
-    /// `http:<key>`.
+    /// One request at a time per key. Defaults: wait up to
+    /// [`DEFAULT_LOCK_WAIT`] for a busy key (then 503 with `Retry-After`), a
+    /// 30 s watchdog lease, release when the response is produced, fail
+    /// closed (503) when the backend fails, [`MissingKey::Reject`] for a
+    /// request without a usable key (400, or 500 for a set-up problem),
+    /// lock names `http:<key>`.
     pub fn new(backend: B, key: K) -> Self {
         LockLayer {
             locking: Locking {
@@ -37,16 +44,17 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
                 scope: Arc::from("http"),
                 mode: Mode::Mutex,
                 options: LockOptions::new(),
-                wait: Duration::ZERO,
+                wait: DEFAULT_LOCK_WAIT,
                 busy_status: StatusCode::LOCKED,
                 hold_body: false,
                 cancel_on_loss: false,
                 failure: Failure {
-                    policy: OnBackendFailure::default(),
+                    policy: OnBackendFailure::FailClosed,
                     timeout: DEFAULT_LOCK_TIMEOUT,
                 },
+                breaker: Arc::default(),
                 missing_key: MissingKey::default(),
-                metrics: Arc::default(),
+                metrics: Arc::new(Metrics::new("lock", "http")),
                 warned: Arc::default(),
             },
         }
@@ -55,6 +63,11 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// Lock names are `<scope>:<key>` (default scope `http`).
     pub fn scope(mut self, scope: &str) -> Self {
         self.locking.scope = Arc::from(scope);
+        let layer = match self.locking.mode {
+            Mode::Mutex => "lock",
+            Mode::Concurrency(_) => "concurrency",
+        };
+        self.locking.metrics = Arc::new(Metrics::new(layer, scope));
         self
     }
 
@@ -67,8 +80,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         self
     }
 
-    /// Waits up to `wait` for a busy key, then answers 503 with `Retry-After`.
-    /// Zero (the default) refuses at once with the busy status.
+    /// Waits up to `wait` for a busy key (default [`DEFAULT_LOCK_WAIT`]),
+    /// then answers 503 with `Retry-After`. Zero refuses a busy key at once
+    /// with the [`busy_status`](Self::busy_status).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.locking.wait = wait;
         self
@@ -125,6 +139,11 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         self.locking.cancel_on_loss
     }
 
+    /// Whether the lock is held until the response body has been sent.
+    pub fn holds_until_body_sent(&self) -> bool {
+        self.locking.hold_body
+    }
+
     /// The header fields the key extractor reads.
     pub fn headers_read(&self) -> HeadersRead<'_> {
         self.locking.key.headers_read()
@@ -156,10 +175,10 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
     /// watchdog lease, so a crashed instance's permits come back.
     pub fn new(backend: B, key: K, permits: NonZeroU32) -> Self {
         let mut layer = LockLayer::new(backend, key)
-            .scope("http-concurrency")
+            .wait(Duration::ZERO)
             .busy_status(StatusCode::SERVICE_UNAVAILABLE);
         layer.locking.mode = Mode::Concurrency(permits);
-        ConcurrencyLimitLayer(layer)
+        ConcurrencyLimitLayer(layer.scope("http-concurrency"))
     }
 
     /// Adjusts the underlying [`LockLayer`] options (wait, statuses, failure
@@ -180,6 +199,11 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
     /// Whether handlers are cancelled when the lease is lost.
     pub fn cancels_on_lease_loss(&self) -> bool {
         self.0.cancels_on_lease_loss()
+    }
+
+    /// Whether the permit is held until the response body has been sent.
+    pub fn holds_until_body_sent(&self) -> bool {
+        self.0.holds_until_body_sent()
     }
 
     /// The header fields the key extractor reads.

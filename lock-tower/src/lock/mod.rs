@@ -5,8 +5,10 @@
 //! response is produced (or, with [`LockLayer::hold_until_body_sent`], once its
 //! body has been sent). A client that goes away drops the future, which
 //! releases the lock at once. A request that finds the key busy either waits
-//! (bounded; then 503 with `Retry-After`) or is refused at once (423 Locked by
-//! default, or 409).
+//! (up to [`DEFAULT_LOCK_WAIT`] by default; then 503 with `Retry-After`) or,
+//! with a zero [`wait`](LockLayer::wait), is refused at once (423 Locked, or
+//! 409). The layer's own refusals carry a [`LockRefusal`] extension, and a
+//! rate-limit layer around it sends no `RateLimit` fields on them.
 //!
 //! [`ConcurrencyLimitLayer`] admits at most N requests per key at once (a
 //! distributed semaphore per key), with the same options.
@@ -36,8 +38,13 @@ mod layer;
 mod service;
 
 pub use self::future::ResponseFuture;
-pub use self::layer::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, LockLayer};
+pub use self::layer::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, LockLayer};
 pub use self::service::LockService;
+
+/// Marks a response a lock layer answered itself (busy, failed closed, no
+/// key), so that layers around it (a rate limit) leave it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRefusal;
 
 /// A lock (or permit) taken for a request. Dropping it releases the lock in
 /// the background.
@@ -46,9 +53,33 @@ pub struct HeldLock {
     pub(crate) lost: BoxFuture<'static, ()>,
     /// Releases `guard` in the foreground.
     pub(crate) release: fn(Held) -> BoxFuture<'static, ()>,
+    pub(crate) fence: Option<u64>,
+    /// Records how long it was held, when it goes.
+    pub(crate) _timer: HoldTimer,
+}
+
+/// Records a hold's length in the layer's metrics when dropped.
+pub(crate) struct HoldTimer {
+    pub(crate) metrics: std::sync::Arc<crate::Metrics>,
+    pub(crate) since: std::time::Instant,
+}
+
+impl Drop for HoldTimer {
+    fn drop(&mut self) {
+        self.metrics.record_hold(self.since.elapsed());
+    }
 }
 
 impl HeldLock {
+    /// The lock's fencing token, when the layer's
+    /// [`LockOptions`](lock_core::lock::LockOptions) ask for fencing: pass
+    /// it to the resource the handler writes to, so that a write from a
+    /// holder whose lease ran out is refused
+    /// ([`Fence::admit`](lock_core::lock::Fence::admit)).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fence
+    }
+
     /// Releases the lock now, in the foreground (dropping it releases in the
     /// background instead).
     pub async fn release(self) {
@@ -64,7 +95,9 @@ impl HeldLock {
 
 impl std::fmt::Debug for HeldLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldLock").finish_non_exhaustive()
+        f.debug_struct("HeldLock")
+            .field("fencing_token", &self.fence)
+            .finish_non_exhaustive()
     }
 }
 

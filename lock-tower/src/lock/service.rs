@@ -65,11 +65,15 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let locking = self.locking.clone();
-        let key = locking.key.extract(RequestParts::new(&request));
+        let parts = RequestParts::new(&request);
+        let key = locking
+            .key
+            .extract(parts)
+            .ok_or_else(|| locking.key.missing(parts));
         let verdict = async move {
             match key {
-                Some(key) => locking.acquire_key(key).await,
-                None => locking.missing(),
+                Ok(key) => locking.acquire_key(key).await,
+                Err(why) => locking.missing(why),
             }
         };
         ResponseFuture::new(

@@ -14,13 +14,15 @@ use lock_core::rate::{Caller, Decision, RateBackend, RateLimiter};
 
 use super::RateVerdict as Verdict;
 use crate::failure::{
-    Failure, Fault, Metrics, MissingKey, OnBackendFailure, classify, guarded, no_key,
+    Breaker, Failure, Fault, MissingKey, OnBackendFailure, classify, guarded, no_key,
 };
 use crate::headers;
 use crate::key::{KeyExtractor, Missing, RequestParts};
+use crate::metrics::Metrics;
 use crate::response::{plain, unavailable};
 
 pub(super) type CostFn = Arc<dyn Fn(RequestParts<'_>) -> u32 + Send + Sync>;
+pub(super) type ExemptFn = Arc<dyn Fn(RequestParts<'_>) -> bool + Send + Sync>;
 pub(super) type RefusalFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
 
 /// A decision for a type-erased caller: ready at once, or boxed.
@@ -33,8 +35,11 @@ pub(crate) struct Limit<B, K> {
     pub(super) limiter: RateLimiter<B>,
     pub(super) key: K,
     pub(super) cost: Option<CostFn>,
+    /// Requests let through without a decision (health checks).
+    pub(super) exempt: Option<ExemptFn>,
     pub(super) refusal: Option<RefusalFn>,
     pub(super) failure: Failure,
+    pub(super) breaker: Arc<Breaker>,
     /// The local limiter a `Fallback` policy decides with.
     pub(super) fallback: Option<RateLimiter<MemoryBackend>>,
     pub(super) missing_key: MissingKey,
@@ -53,8 +58,10 @@ impl<B: Clone, K: Clone> Clone for Limit<B, K> {
             limiter: self.limiter.clone(),
             key: self.key.clone(),
             cost: self.cost.clone(),
+            exempt: self.exempt.clone(),
             refusal: self.refusal.clone(),
             failure: self.failure,
+            breaker: self.breaker.clone(),
             fallback: self.fallback.clone(),
             missing_key: self.missing_key,
             legacy: self.legacy,
@@ -77,8 +84,10 @@ pub(super) enum Start {
 pub(super) enum Now {
     /// Allowed, with no fields to send.
     Allowed,
+    /// Not limited at all (an exempt path): not counted either.
+    Exempt,
     Decided(Decision),
-    NoKey,
+    NoKey(Missing),
     Fault(Fault),
 }
 
@@ -87,10 +96,15 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     /// without waiting (in memory); otherwise hands back the key to ask
     /// with, copied out of the request.
     pub(super) fn start(&self, request: RequestParts<'_>) -> Start {
+        if let Some(exempt) = &self.exempt
+            && exempt(request)
+        {
+            return Start::Now(Now::Exempt);
+        }
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
         self.key.with_caller(request, |caller| {
             let Some(caller) = caller else {
-                return Start::Now(Now::NoKey);
+                return Start::Now(Now::NoKey(self.key.missing(request)));
             };
             match self.limiter.check_now(caller, cost) {
                 Some(Ok(decision)) if decision.allowed && !self.on_success => {
@@ -116,8 +130,9 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
                 self.metrics.count_allowed();
                 Verdict::Allow(None)
             }
+            Now::Exempt => Verdict::Allow(None),
             Now::Decided(decision) => self.verdict(decision),
-            Now::NoKey => self.no_key(&self.key.missing()),
+            Now::NoKey(missing) => self.no_key(&missing),
             Now::Fault(fault) => self.fault(fault),
         }
     }
@@ -126,7 +141,15 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     /// timeout, with the failure policy applied.
     pub(super) async fn decide(&self, key: String, cost: u32) -> Verdict {
         let check = self.limiter.check_cost(&key, cost);
-        match guarded(self.failure, &self.metrics, "rate-limit", check).await {
+        match guarded(
+            self.failure,
+            &self.breaker,
+            &self.metrics,
+            "rate-limit",
+            check,
+        )
+        .await
+        {
             Ok(decision) => self.verdict(decision),
             Err(Fault::Backend(OnBackendFailure::Fallback)) => {
                 let fallback = self.fallback.as_ref().map(|f| f.check_cost(&key, cost));

@@ -11,6 +11,7 @@ use tower::Service;
 
 use super::RateVerdict as Verdict;
 use crate::headers::Fields;
+use crate::lock::LockRefusal;
 
 /// Builds the rate-limit fields of a decision.
 pub(crate) trait MakeFields: Send + Sync {
@@ -141,7 +142,10 @@ where
                 }
                 StateProj::Calling { future, fields } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(fields) = fields.take() {
+                    // A lock layer's refusal is about the lock, not the rate.
+                    if let Some(fields) = fields.take()
+                        && response.extensions().get::<LockRefusal>().is_none()
+                    {
                         (*fields).insert_into(response.headers_mut());
                     }
                     return Poll::Ready(Ok(response));

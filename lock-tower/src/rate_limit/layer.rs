@@ -14,9 +14,10 @@ use tower::Layer;
 use super::RateVerdict;
 use super::decide::{ErasedDecision, Limit};
 use super::service::RateLimit;
-use crate::failure::{Failure, Metrics, MissingKey, OnBackendFailure};
+use crate::failure::{Failure, MissingKey, OnBackendFailure};
 use crate::headers;
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
+use crate::metrics::Metrics;
 
 /// Default bound on one decision; past it the backend counts as failed.
 pub const DEFAULT_DECISION_TIMEOUT: Duration = Duration::from_millis(500);
@@ -51,11 +52,13 @@ impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
 }
 
 impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
-    /// Limits requests by `key` with `limiter`. Defaults: cost 1, fail closed
-    /// (503) on backend failure, [`MissingKey::Reject`] for a request
-    /// without a usable key (400, or 500 for a set-up problem), a 500 ms
-    /// decision timeout, `RateLimit` and `RateLimit-Policy` on every
-    /// response, no legacy headers.
+    /// Limits requests by `key` with `limiter`. Defaults: cost 1; when the
+    /// backend fails, decide with a local in-memory limiter of the same
+    /// policy ([`OnBackendFailure::Fallback`], logged at `warn`);
+    /// [`MissingKey::Reject`] for a request without a usable key (400, or
+    /// 500 for a set-up problem); a 500 ms decision timeout; `RateLimit`
+    /// and `RateLimit-Policy` on every response, no legacy headers; no
+    /// exempt paths.
     pub fn new(limiter: RateLimiter<B>, key: K) -> Self {
         let fallback = RateLimiter::new(
             MemoryBackend::new(),
@@ -65,23 +68,26 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         .ok();
         let policy_value = headers::policy_value(limiter.policy());
         let labels = headers::quota_labels(limiter.policy());
+        let metrics = Metrics::new("rate_limit", limiter.scope().as_str());
         RateLimitLayer {
             limit: Arc::new(Limit {
                 limiter,
                 key,
                 cost: None,
+                exempt: None,
                 refusal: None,
                 failure: Failure {
-                    policy: OnBackendFailure::default(),
+                    policy: OnBackendFailure::Fallback,
                     timeout: DEFAULT_DECISION_TIMEOUT,
                 },
+                breaker: Arc::default(),
                 fallback,
                 missing_key: MissingKey::default(),
                 legacy: false,
                 on_success: true,
                 policy_value,
                 labels,
-                metrics: Arc::default(),
+                metrics: Arc::new(metrics),
                 warned: AtomicBool::new(false),
             }),
         }
@@ -98,6 +104,30 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.with(|l| l.cost = Some(Arc::new(cost)))
     }
 
+    /// Lets requests for which `exempt` is true through without a decision
+    /// and without rate-limit fields (health checks, metrics scrapes).
+    pub fn exempt(self, exempt: impl Fn(RequestParts<'_>) -> bool + Send + Sync + 'static) -> Self {
+        self.with(|l| l.exempt = Some(Arc::new(exempt)))
+    }
+
+    /// Lets requests for these exact paths through without a decision (see
+    /// [`exempt`](Self::exempt)).
+    ///
+    /// ```
+    /// # use std::num::NonZeroU32;
+    /// # use lock_core::backend::MemoryBackend;
+    /// # use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// # use lock_tower::RateLimitLayer;
+    /// # use lock_tower::key::PeerIp;
+    /// # let policy = Policy::new(Algorithm::Gcra).quota(Quota::per_second(NonZeroU32::new(5).unwrap()));
+    /// # let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).exempt_paths(["/health", "/ready"]);
+    /// ```
+    pub fn exempt_paths<P: Into<String>>(self, paths: impl IntoIterator<Item = P>) -> Self {
+        let paths: Vec<String> = paths.into_iter().map(Into::into).collect();
+        self.exempt(move |request| paths.iter().any(|path| path == request.uri.path()))
+    }
+
     /// Builds the 429 response (the rate-limit headers are added to it).
     pub fn refusal(
         self,
@@ -106,7 +136,8 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.with(|l| l.refusal = Some(Arc::new(refusal)))
     }
 
-    /// What to do when the backend fails (default [`OnBackendFailure::FailClosed`]).
+    /// What to do when the backend fails (default [`OnBackendFailure::Fallback`]:
+    /// a local in-memory limiter with the same policy decides, per instance).
     pub fn on_backend_failure(self, policy: OnBackendFailure) -> Self {
         self.with(|l| l.failure.policy = policy)
     }

@@ -51,18 +51,20 @@ pub(super) fn actix_layer_cost(scale: &Scale) -> Result<(), Error> {
                     .map_err(|e| e.to_string())
             };
             let hello = || web::get().to(|| async { HttpResponse::Ok().body("hello") });
-            let peer =
-                lock_actix::RateLimit::new(RateLimitLayer::new(limiter("peer")?, PeerIp::new()));
-            let header = lock_actix::RateLimit::new(RateLimitLayer::new(
+            let peer = lock_actix::RateLimitMiddleware::new(RateLimitLayer::new(
+                limiter("peer")?,
+                PeerIp::new(),
+            ));
+            let header = lock_actix::RateLimitMiddleware::new(RateLimitLayer::new(
                 limiter("header")?,
                 lock_tower::key::HeaderKey::new(http::HeaderName::from_static("x-user")),
             ));
-            let client = lock_actix::RateLimit::new(RateLimitLayer::new(
+            let client = lock_actix::RateLimitMiddleware::new(RateLimitLayer::new(
                 limiter("client")?,
                 lock_tower::key::ClientIp::new(["10.0.0.0/8".parse().map_err(|_| "a network")?]),
             ));
             // A closure may read any field, so every one is copied.
-            let closure = lock_actix::RateLimit::new(RateLimitLayer::new(
+            let closure = lock_actix::RateLimitMiddleware::new(RateLimitLayer::new(
                 limiter("closure")?,
                 |request: lock_tower::key::RequestParts<'_>| {
                     Some(request.headers.get("x-user")?.to_str().ok()?.to_owned())

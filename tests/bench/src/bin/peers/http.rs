@@ -310,7 +310,7 @@ fn actix_server(
                             "actix",
                             Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(huge())),
                         )?;
-                        let middleware = lock_actix::RateLimit::new(
+                        let middleware = lock_actix::RateLimitMiddleware::new(
                             RateLimitLayer::new(limiter, GlobalKey::new())
                                 .headers_on_success(fields_on_success),
                         );

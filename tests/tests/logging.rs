@@ -1,0 +1,117 @@
+//! A server started without what its keys need (axum served without
+//! connect info) answers 500 and logs, once, at `warn`, how to fix it;
+//! a request that lacks its key is the client's 400 and logs nothing. And
+//! lock acquisitions and rate checks run in `tracing` spans.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use lock_axum::RateLimitLayer;
+use lock_axum::backend::MemoryBackend;
+use lock_axum::key::{HeaderKey, PeerIp};
+use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
+use lock_tests::http::TestClient;
+
+/// Everything logged, for the test to read.
+#[derive(Clone, Default)]
+struct Logged(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logged {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logged {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+fn limiter(scope: &str) -> RateLimiter<MemoryBackend> {
+    let quota = Quota::per_minute(NonZeroU32::new(100).expect("positive"));
+    RateLimiter::new(
+        MemoryBackend::new(),
+        scope,
+        Policy::new(Algorithm::Gcra).quota(quota),
+    )
+    .expect("valid")
+}
+
+/// Serves `app` the way a newcomer might: without connect info.
+async fn serve_plainly(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_without_connect_info_is_logged_once_with_the_fix() {
+    let logged = Logged::default();
+    let writer = logged.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .init();
+
+    let by_peer = RateLimitLayer::new(limiter("peer"), PeerIp::new());
+    let addr = serve_plainly(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(by_peer),
+    )
+    .await;
+    let client = TestClient::new();
+    for _ in 0..3 {
+        let reply = client.get(&format!("http://{addr}/"), &[]).await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(reply.text().contains("misconfigured"), "{:?}", reply.text());
+    }
+    let text = logged.text();
+    assert_eq!(text.matches("WARN").count(), 1, "logged once: {text}");
+    assert!(
+        text.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "the fix is in the log: {text}"
+    );
+
+    // A request without the header its key comes from: 400, not logged.
+    let user = http::HeaderName::from_static("x-user-id");
+    let by_user = RateLimitLayer::new(limiter("user"), HeaderKey::new(user));
+    let addr = serve_plainly(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(by_user),
+    )
+    .await;
+    let reply = client.get(&format!("http://{addr}/"), &[]).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.text().contains("x-user-id"), "{:?}", reply.text());
+    let ok = client
+        .get(&format!("http://{addr}/"), &[("x-user-id", "ann")])
+        .await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert_eq!(
+        logged.text().matches("WARN").count(),
+        1,
+        "{}",
+        logged.text()
+    );
+}
