@@ -135,6 +135,19 @@ impl Table {
         decide_in(&mut shard, scope, caller, policy, cost, now_us)
     }
 
+    /// Forgets `caller` under every quota of `policy`.
+    pub(super) fn remove(&self, scope: &Name, caller: &CallerKey, policy: &Policy) {
+        let mut shard = self.shard(scope, caller).lock();
+        for suffix in policy.suffixes() {
+            let probe = Probe {
+                scope: scope.as_str(),
+                caller,
+                suffix,
+            };
+            shard.entries.remove(&probe);
+        }
+    }
+
     /// Drops expired entries, and gives back the room they took once the
     /// shard is mostly empty.
     #[cold]
@@ -236,16 +249,31 @@ mod tests {
         for i in 0..20_000 {
             table.decide(&scope, &CallerKey::V4(i), &policy, 1, 0);
         }
+        // One caller per shard, so that every shard sweeps whatever the
+        // number of shards this machine's cores give.
         let later = 1_000_000;
-        for i in 0..(2 * SWEEP_EVERY * table.shards.len() as u64) {
-            table.decide(
-                &scope,
-                &CallerKey::V4(1_000_000 + (i % 64) as u32),
-                &policy,
-                1,
-                later,
-            );
+        let mut callers: Vec<CallerKey> = Vec::new();
+        let mut next = 1_000_000u32;
+        while callers.len() < table.shards.len() {
+            let caller = CallerKey::V4(next);
+            next += 1;
+            let shard = table.shard(&scope, &caller) as *const _;
+            if !callers
+                .iter()
+                .any(|known| std::ptr::eq(table.shard(&scope, known), shard))
+            {
+                callers.push(caller);
+            }
         }
-        assert!(table.len() <= 64, "{} entries after the sweep", table.len());
+        for caller in &callers {
+            for _ in 0..SWEEP_EVERY {
+                table.decide(&scope, caller, &policy, 1, later);
+            }
+        }
+        assert!(
+            table.len() <= table.shards.len(),
+            "{} entries after the sweep",
+            table.len()
+        );
     }
 }
