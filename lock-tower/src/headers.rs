@@ -67,12 +67,17 @@ pub fn policy_value(policy: &Policy) -> HeaderValue {
         .quotas()
         .iter()
         .map(|q| {
-            format!(
+            let mut item = format!(
                 "{};q={};w={}",
                 sf_string(&quota_name(policy, q)),
                 q.limit(),
                 ceil_secs(q.period())
-            )
+            );
+            // A GCRA burst apart from the rate: how many at once.
+            if let Some(burst) = q.burst_set() {
+                item.push_str(&format!(";burst={burst}"));
+            }
+            item
         })
         .collect();
     let text = items.join(", ");

@@ -109,6 +109,10 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
         let _ = request;
         None
     }
+
+    /// Forgets the caller's state under every quota of the policy: its next
+    /// call is decided as a new caller's. (The request's cost is not used.)
+    fn reset(&self, request: &RateRequest<'_>) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// A rate limiter: a scope name (so several limiters can share a backend),
@@ -258,6 +262,33 @@ impl<B: RateBackend> RateLimiter<B> {
         }
     }
 
+    /// Forgets `caller`'s state under every quota: its next call is
+    /// decided as a new caller's (an administrative reset, or after a
+    /// successful login that earlier failures counted against).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    ///
+    /// let one = Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(NonZeroU32::MIN));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "logins", one)?;
+    /// assert!(limiter.check("ann").await?.allowed);
+    /// assert!(!limiter.check("ann").await?.allowed);
+    /// limiter.reset("ann").await?;
+    /// assert!(limiter.check("ann").await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn reset<'a>(&self, caller: impl Into<Caller<'a>>) -> Result<()> {
+        let request = self.request(caller.into(), 0)?;
+        self.backend.reset(&request).await
+    }
+
     /// Waits until `cost` units for `caller` are allowed, and takes them;
     /// gives up after `within`, returning the last refusal. Each refusal's
     /// [`retry_after`](Decision::retry_after) says how long to sleep, so
@@ -326,7 +357,7 @@ pub(crate) fn decision(
         limit: quota.limit(),
         remaining: u32::try_from(remaining)
             .unwrap_or(u32::MAX)
-            .min(quota.limit()),
+            .min(quota.capacity()),
         reset_after: reset,
         retry_after: if allowed {
             Duration::ZERO

@@ -33,6 +33,7 @@ pub struct Quota {
     limit: NonZeroU32,
     period: Duration,
     name: Option<Arc<str>>,
+    burst: Option<NonZeroU32>,
 }
 
 /// Longest period accepted (one year).
@@ -72,6 +73,7 @@ impl Quota {
             limit,
             period,
             name: None,
+            burst: None,
         }
     }
 
@@ -79,6 +81,34 @@ impl Quota {
     pub fn named(mut self, name: impl AsRef<str>) -> Self {
         self.name = Some(Arc::from(name.as_ref()));
         self
+    }
+
+    /// Lets up to `burst` calls through at once, refilled at the quota's
+    /// rate (`limit` per `period`): `Quota::per_second(10).burst(50)` takes
+    /// a burst of 50, then 10 a second. Without it the burst is the limit.
+    /// GCRA only (a window has no separate burst; a policy of windows with
+    /// one is refused).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use lock_core::rate::Quota;
+    ///
+    /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap()).burst(NonZeroU32::new(50).unwrap());
+    /// assert_eq!((quota.limit(), quota.capacity()), (10, 50));
+    /// ```
+    pub fn burst(mut self, burst: NonZeroU32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The most calls let through at once: the burst, or else the limit.
+    pub fn capacity(&self) -> u32 {
+        self.burst.unwrap_or(self.limit).get()
+    }
+
+    /// The burst set with [`burst`](Self::burst), if any.
+    pub fn burst_set(&self) -> Option<u32> {
+        self.burst.map(NonZeroU32::get)
     }
 
     /// The limit (also the burst).
@@ -170,19 +200,22 @@ impl Policy {
 
     /// Adds a quota.
     pub fn quota(mut self, quota: Quota) -> Self {
-        let suffix = format!(
+        let mut suffix = format!(
             "{}:{}:{}",
             self.algorithm.tag(),
             quota.limit(),
             quota.period_ms()
         );
+        if let Some(burst) = quota.burst_set() {
+            suffix.push_str(&format!(":b{burst}"));
+        }
         self.suffixes.push(Arc::from(suffix));
         self.gcras
-            .push(Gcra::new(quota.limit(), quota.limit(), quota.period()));
+            .push(Gcra::new(quota.limit(), quota.capacity(), quota.period()));
         self.max_cost = if self.quotas.is_empty() {
-            quota.limit()
+            quota.capacity()
         } else {
-            self.max_cost.min(quota.limit())
+            self.max_cost.min(quota.capacity())
         };
         self.quotas.push(quota);
         self
@@ -198,7 +231,8 @@ impl Policy {
         &self.quotas
     }
 
-    /// The smallest limit: the largest cost one call may ask for.
+    /// The smallest capacity (burst, or else limit): the largest cost one
+    /// call may ask for.
     pub fn max_cost(&self) -> u32 {
         self.max_cost
     }
@@ -212,6 +246,12 @@ impl Policy {
         }
         if self.quotas.len() > MAX_QUOTAS {
             return Err(Error::invalid_argument("policy", "at most 16 quotas"));
+        }
+        if self.algorithm != Algorithm::Gcra && self.quotas.iter().any(|q| q.burst.is_some()) {
+            return Err(Error::invalid_argument(
+                "quota",
+                "a burst apart from the rate needs GCRA (a window's burst is its limit)",
+            ));
         }
         if self.algorithm == Algorithm::Gcra
             && self

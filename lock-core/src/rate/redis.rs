@@ -64,4 +64,18 @@ where
             micros(retry_us),
         ))
     }
+
+    async fn reset(&self, request: &RateRequest<'_>) -> Result<()> {
+        // Every key of one caller shares its hash tag: one command, one slot.
+        let mut del = redis::cmd("DEL");
+        request.caller.write(|caller| {
+            let scope = request.scope.as_str();
+            for suffix in request.policy.suffixes() {
+                del.arg(self.keyspace().scoped_key(scope, caller, suffix));
+            }
+        });
+        let mut conn = self.connection();
+        let _: i64 = self.bounded(del.query_async(&mut conn)).await?;
+        Ok(())
+    }
 }

@@ -165,6 +165,13 @@ impl Store {
         });
     }
 
+    /// Forgets `key` (a caller in the overflow state stays there).
+    fn remove(&self, key: &CallerKey) {
+        if self.0.callers.remove(key).is_some() {
+            self.0.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Whether enough new callers came in to sweep; the caller that sees it
     /// first sweeps.
     #[inline]
@@ -329,6 +336,11 @@ impl QuotaLimiter {
             self.sweep();
         }
         step
+    }
+
+    /// Forgets `key`: its next decision is a new caller's.
+    pub(super) fn forget(&self, key: &CallerKey) {
+        self.store.remove(key);
     }
 
     /// Drops idle callers (governor's `retain_recent`), and gives back

@@ -123,6 +123,19 @@ impl RateState {
         })
     }
 
+    /// Forgets the caller under every quota of the request's policy.
+    fn reset(&self, request: &RateRequest<'_>) {
+        let key = request.caller.to_key();
+        let _caller = self.stripe(request.scope, &key).lock();
+        self.table.remove(request.scope, &key, request.policy);
+        let quotas = self.quotas.lock();
+        for suffix in request.policy.suffixes() {
+            if let Some(limiter) = quotas.get(&(request.scope.clone(), suffix.clone())) {
+                limiter.forget(&key);
+            }
+        }
+    }
+
     fn stripe(&self, scope: &Name, caller: &impl std::hash::Hash) -> &Mutex<()> {
         let hash = self.hasher.hash_one((scope.as_str(), caller));
         &self.stripes[(hash >> 32) as usize % STRIPES]
@@ -225,6 +238,11 @@ fn gcra_decision(policy: &Policy, index: usize, step: &Step, remaining: u64) -> 
 impl RateBackend for MemoryBackend {
     async fn check(&self, request: &RateRequest<'_>) -> Result<Decision> {
         Ok(self.inner.rates.decide(request))
+    }
+
+    async fn reset(&self, request: &RateRequest<'_>) -> Result<()> {
+        self.inner.rates.reset(request);
+        Ok(())
     }
 
     #[inline]
