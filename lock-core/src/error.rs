@@ -64,6 +64,11 @@ pub enum Error {
     /// (its `min-replicas-to-write` setting): nothing was written.
     #[error("the server has too few replicas to take writes (NOREPLICAS)")]
     NoReplicas,
+    /// A lock's lease was lost (renewal failed, or it was taken over)
+    /// before the work run under it finished; the work was stopped
+    /// ([`Lock::run`](crate::lock::Lock::run)).
+    #[error("the lock's lease was lost before the work finished; the work was stopped")]
+    LeaseLost,
     /// The Redis server is older than this crate supports.
     #[error("Redis {version} is not supported: {minimum} or later is needed")]
     UnsupportedServer {

@@ -12,7 +12,7 @@ use crate::error::Result;
 #[cfg(feature = "redis")]
 use crate::lock::RedisWaiter;
 use crate::lock::{
-    AcquireRequest, Attempt, Handoff, Kind, LockBackend, MemoryWaiter, ReleaseWaiter,
+    AcquireRequest, Attempt, Handoff, Kind, LockBackend, LockState, MemoryWaiter, ReleaseWaiter,
 };
 use crate::name::Name;
 use crate::rate::{Decision, RateBackend, RateRequest};
@@ -162,6 +162,10 @@ impl LockBackend for AnyBackend {
         each!(self, b => b.force_release(kind, name).await)
     }
 
+    async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
+        each!(self, b => b.inspect(kind, name).await)
+    }
+
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> AnyWaiter {
         match self {
             AnyBackend::Memory(b) => AnyWaiter::Memory(b.waiter(kind, name, token)),
@@ -186,6 +190,10 @@ impl RateBackend for AnyBackend {
 
     fn check_now(&self, request: &RateRequest<'_>) -> Option<Result<Decision>> {
         each!(self, b => b.check_now(request))
+    }
+
+    async fn reset(&self, request: &RateRequest<'_>) -> Result<()> {
+        each!(self, b => b.reset(request).await)
     }
 }
 

@@ -51,10 +51,12 @@ pub enum Kind {
     Reentrant,
     /// One holder; waiters get it in arrival order.
     Fair,
-    /// Up to `permits` holders at once ([`Semaphore`](super::Semaphore)).
+    /// Up to `permits` permits taken at once ([`Semaphore`](super::Semaphore)).
     Semaphore {
-        /// How many holders at once.
+        /// How many permits there are.
         permits: NonZeroU32,
+        /// How many one acquisition takes (all or none).
+        count: NonZeroU32,
     },
 }
 
@@ -136,6 +138,13 @@ pub trait LockBackend: Clone + Send + Sync + 'static {
     /// Releases `name` whoever holds it; says whether it was held.
     fn force_release(&self, kind: Kind, name: &Name) -> impl Future<Output = Result<bool>> + Send;
 
+    /// Who holds `name` now (`None`: nobody), for operators.
+    fn inspect(
+        &self,
+        kind: Kind,
+        name: &Name,
+    ) -> impl Future<Output = Result<Option<LockState>>> + Send;
+
     /// Registers interest in releases of `name` that concern `token`.
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> Self::Waiter;
 
@@ -144,6 +153,38 @@ pub trait LockBackend: Clone + Send + Sync + 'static {
     fn clock_drift(&self, lease: Duration) -> Duration {
         let _ = lease;
         Duration::ZERO
+    }
+}
+
+/// Who holds a lock, as its store sees it: for operators and dashboards,
+/// not for deciding whether to go ahead (that is what taking the lock is
+/// for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockState {
+    /// 1 for a held lock (a reentrant lock's owner counts once); the
+    /// permits taken, for a semaphore.
+    pub taken: u32,
+    /// Until the (first) lease runs out; `None` when the key has no expiry
+    /// (set by some other client).
+    pub remaining: Option<Duration>,
+    /// The start of the holder's token (or of a reentrant lock's owner),
+    /// enough to tell holders apart in a log, not to act as one.
+    pub holder: String,
+}
+
+/// How much of a holder's token a [`LockState`] shows.
+pub(crate) const HOLDER_PREFIX: usize = 8;
+
+impl LockState {
+    pub(crate) fn new(taken: u32, remaining_ms: i64, holder: &str) -> Self {
+        // A semaphore's members are `<token>#<n>`.
+        let token = holder.split('#').next().unwrap_or(holder);
+        LockState {
+            taken,
+            remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
+            holder: token.chars().take(HOLDER_PREFIX).collect(),
+        }
     }
 }
 

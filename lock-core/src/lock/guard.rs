@@ -210,10 +210,22 @@ impl<B: LockBackend> LockGuard<B> {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
         }
-        let released = self
+        let released = match self
             .backend
             .release(self.kind, &self.name, &self.token)
-            .await?;
+            .await
+        {
+            Ok(released) => released,
+            // The release may have been made with only its answer lost: ask
+            // once more; the lock remembers its last release
+            // (RELEASE_REMEMBERED), so the answer is the first one.
+            Err(error) if error.is_backend_failure() => {
+                self.backend
+                    .release(self.kind, &self.name, &self.token)
+                    .await?
+            }
+            Err(error) => return Err(error),
+        };
         self.released = true;
         self.state.mark_lost();
         Ok(released)

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, ReleaseWaiter};
+use super::{
+    AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, LockState, RELEASE_REMEMBERED,
+    ReleaseWaiter,
+};
 use crate::backend::MemoryBackend;
 use crate::backend::notify::{WaitHandle, Waiters};
 use crate::backend::shrink_swept;
@@ -35,7 +38,8 @@ enum Slot {
         queue: VecDeque<(Token, Instant)>,
     },
     Semaphore {
-        permits: HashMap<Token, Instant>,
+        /// Each holder's lease and how many permits it holds.
+        permits: HashMap<Token, (Instant, u32)>,
     },
 }
 
@@ -52,19 +56,25 @@ impl Slot {
                 holder.is_some() || !queue.is_empty()
             }
             Slot::Semaphore { permits } => {
-                permits.retain(|_, e| *e > now);
+                permits.retain(|_, (e, _)| *e > now);
                 !permits.is_empty()
             }
         }
     }
 }
 
+/// A lock's place in the table: its kind's tag and its name.
+type SlotKey = (&'static str, Name);
+
 /// Locks of one [`MemoryBackend`]. Expired entries are dropped when touched
 /// and swept every [`SWEEP_EVERY`] acquisitions, so the map only holds live
 /// locks.
 #[derive(Default)]
 pub(crate) struct LockTable {
-    slots: Mutex<HashMap<(&'static str, Name), Slot>>,
+    slots: Mutex<HashMap<SlotKey, Slot>>,
+    /// The token of each lock's last release, until when it is remembered
+    /// (see [`RELEASE_REMEMBERED`]).
+    last_releases: Mutex<HashMap<SlotKey, (Token, Instant)>>,
     fence: AtomicU64,
     acquisitions: AtomicU64,
     waiters: Waiters,
@@ -111,7 +121,32 @@ impl LockTable {
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
             slots.retain(|_, s| s.prune(now));
             shrink_swept(&mut slots);
+            drop(slots);
+            let mut last = self
+                .last_releases
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            last.retain(|_, (_, until)| *until > now);
+            shrink_swept(&mut last);
         }
+    }
+
+    /// Remembers `token` as the last release of `(kind, name)`, or, for a
+    /// token whose lock was not held, says whether it is that release
+    /// retried.
+    fn last_release(&self, kind: Kind, name: &Name, token: &str, released: bool) -> bool {
+        let now = Instant::now();
+        let mut last = self
+            .last_releases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (kind.tag(), name.clone());
+        if released {
+            last.insert(key, (token.into(), now + RELEASE_REMEMBERED));
+            return true;
+        }
+        last.get(&key)
+            .is_some_and(|(last, until)| &**last == token && *until > now)
     }
 
     fn fence(&self, fencing: bool) -> Option<u64> {
@@ -199,19 +234,26 @@ impl LockTable {
                         }
                     }
                 }
-                (Kind::Semaphore { .. }, None) => {
+                (Kind::Semaphore { count, .. }, None) => {
                     *slot = Some(Slot::Semaphore {
-                        permits: HashMap::from([(token, now + lease)]),
+                        permits: HashMap::from([(token, (now + lease, count.get()))]),
                     });
                     acquired()
                 }
-                (Kind::Semaphore { permits: max }, Some(Slot::Semaphore { permits })) => {
+                (
+                    Kind::Semaphore {
+                        permits: max,
+                        count,
+                    },
+                    Some(Slot::Semaphore { permits }),
+                ) => {
                     let held = permits.contains_key(&token);
-                    if held || permits.len() < max.get() as usize {
-                        permits.insert(token, now + lease);
+                    let taken: u32 = permits.values().map(|(_, n)| n).sum();
+                    if held || taken + count.get() <= max.get() {
+                        permits.insert(token, (now + lease, count.get()));
                         return acquired();
                     }
-                    busy(permits.values().min().copied(), now)
+                    busy(permits.values().map(|(e, _)| *e).min(), now)
                 }
                 // A slot of another kind cannot be under this kind's key.
                 (_, Some(_)) => busy(None, now),
@@ -261,7 +303,28 @@ impl LockTable {
         if let Some(key) = wake {
             self.waiters.wake(&key);
         }
-        released
+        self.last_release(kind, name, token, released)
+    }
+
+    fn inspect(&self, kind: Kind, name: &Name) -> Option<LockState> {
+        let ms = |until: Instant, now: Instant| {
+            i64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX)
+        };
+        self.with(kind, name, |slot, now| match slot.as_ref()? {
+            Slot::Plain { token, expires } => Some(LockState::new(1, ms(*expires, now), token)),
+            Slot::Reentrant { owner, expires, .. } => {
+                Some(LockState::new(1, ms(*expires, now), owner))
+            }
+            Slot::Fair { holder, .. } => {
+                let (token, expires) = holder.as_ref()?;
+                Some(LockState::new(1, ms(*expires, now), token))
+            }
+            Slot::Semaphore { permits } => {
+                let taken = permits.values().map(|(_, n)| n).sum();
+                let (token, (expires, _)) = permits.iter().min_by_key(|(_, (e, _))| *e)?;
+                Some(LockState::new(taken, ms(*expires, now), token))
+            }
+        })
     }
 
     fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> bool {
@@ -289,7 +352,7 @@ impl LockTable {
                 true
             }
             Some(Slot::Semaphore { permits }) => match permits.get_mut(token) {
-                Some(expires) => {
+                Some((expires, _)) => {
                     *expires = now + lease;
                     true
                 }
@@ -349,6 +412,10 @@ impl LockBackend for MemoryBackend {
 
     async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
         Ok(self.inner.locks.force_release(kind, name))
+    }
+
+    async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
+        Ok(self.inner.locks.inspect(kind, name))
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> MemoryWaiter {

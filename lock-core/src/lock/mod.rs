@@ -90,22 +90,29 @@ mod backend;
 mod fencing;
 mod guard;
 pub(crate) mod memory;
+mod multi;
 mod options;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
 mod redlock;
 mod reentrant;
+mod scoped;
 mod semaphore;
 mod watchdog;
 
 use std::time::Duration;
 
-pub use self::backend::{AcquireRequest, Attempt, Handoff, Kind, LockBackend, ReleaseWaiter};
+pub use self::backend::{
+    AcquireRequest, Attempt, Handoff, Kind, LockBackend, LockState, ReleaseWaiter,
+};
 pub use self::fencing::{Fence, StaleToken};
 pub use self::guard::LockGuard;
 pub use self::memory::MemoryWaiter;
-pub use self::options::{DEFAULT_LEASE, FAIR_SLOT, HANDOFF_CLAIM, Lease, LockOptions, MAX_LEASE};
+pub use self::multi::{MultiGuard, MultiLock};
+pub use self::options::{
+    DEFAULT_LEASE, FAIR_SLOT, HANDOFF_CLAIM, Lease, LockOptions, MAX_LEASE, RELEASE_REMEMBERED,
+};
 #[cfg(feature = "redis")]
 pub use self::redis::RedisWaiter;
 #[cfg(feature = "redis")]
@@ -203,6 +210,23 @@ impl<B: LockBackend> Lock<B> {
     /// error comes back only when the wait ran out on one.
     pub async fn lock(&self, wait: Duration) -> Result<Option<LockGuard<B>>> {
         self.acquire(None, wait).await
+    }
+
+    /// Who holds the lock now (`None`: nobody): how long its lease still
+    /// runs and the start of its token, for operators.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn state(&self) -> Result<Option<LockState>> {
+        self.backend.inspect(self.kind, &self.name).await
+    }
+
+    /// Whether someone holds the lock now.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.state().await?.is_some())
     }
 
     /// Releases the lock whoever holds it (administrative unlock); says whether

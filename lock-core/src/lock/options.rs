@@ -130,3 +130,8 @@ impl LockOptions {
         Ok(())
     }
 }
+
+/// How long a lock remembers the token of its last release, so that a
+/// release retried after its answer was lost (a timeout, a reconnect) gets
+/// the first answer again instead of "not held".
+pub const RELEASE_REMEMBERED: Duration = Duration::from_secs(60);

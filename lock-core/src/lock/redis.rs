@@ -7,7 +7,8 @@ use rand::Rng;
 use redis::aio::ConnectionLike;
 
 use super::{
-    AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Handoff, Kind, LockBackend, ReleaseWaiter,
+    AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Handoff, Kind, LockBackend, LockState,
+    RELEASE_REMEMBERED, ReleaseWaiter,
 };
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::backend::{RedisBackend, Subscription};
@@ -31,6 +32,7 @@ static FAIR_FORCE_RELEASE: LazyLock<LuaScript> =
 static SEMAPHORE_ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_acquire.lua");
 static SEMAPHORE_RELEASE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_release.lua");
 static SEMAPHORE_EXTEND: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_extend.lua");
+static INSPECT: LazyLock<LuaScript> = lua_script!("fence.lua", "inspect.lua");
 
 /// How long the fencing counter outlives its last grant.
 const FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -56,6 +58,9 @@ fn busy(ttl_ms: i64, handoffs: i64) -> Attempt {
 struct Keys {
     lock: String,
     channel: String,
+    /// The token of the last release, remembered for
+    /// [`RELEASE_REMEMBERED`].
+    last: String,
 }
 
 impl<C> RedisBackend<C>
@@ -68,12 +73,14 @@ where
             Kind::Plain => Keys {
                 lock: self.key(name, "lock"),
                 channel: self.key(name, "released"),
+                last: self.key(name, "lock:last"),
             },
             _ => {
                 let base = kind.tag();
                 Keys {
                     lock: self.key(name, base),
                     channel: self.key(name, &format!("{base}:released")),
+                    last: self.key(name, &format!("{base}:last")),
                 }
             }
         }
@@ -154,8 +161,10 @@ where
         let keys = self.lock_keys(Kind::Plain, name);
         let mut call = RELEASE.call();
         call.key(keys.lock)
+            .key(keys.last)
             .arg(token)
-            .arg(if wake { keys.channel } else { String::new() });
+            .arg(if wake { keys.channel } else { String::new() })
+            .arg(millis(RELEASE_REMEMBERED));
         let mut conn = self.connection();
         let released: i64 = self
             .bounded(call.cmd(self.sharded_pubsub(), true).query_async(&mut conn))
@@ -206,13 +215,14 @@ where
                     .arg(millis(HANDOFF_CLAIM));
                 invocation
             }
-            Kind::Semaphore { permits } => {
+            Kind::Semaphore { permits, count } => {
                 let mut invocation = SEMAPHORE_ACQUIRE.call();
                 invocation
                     .key(self.lock_keys(request.kind, name).lock)
                     .arg(request.token)
                     .arg(lease)
-                    .arg(permits.get());
+                    .arg(permits.get())
+                    .arg(count.get());
                 invocation
             }
         };
@@ -257,10 +267,12 @@ where
             Kind::Fair => {
                 let mut invocation = self.fair_invocation(&FAIR_RELEASE, name);
                 invocation
+                    .key(keys.last)
                     .arg(token)
                     .arg(self.fair_channel_prefix(name))
                     .arg(millis(FENCE_TTL))
-                    .arg(millis(HANDOFF_CLAIM));
+                    .arg(millis(HANDOFF_CLAIM))
+                    .arg(millis(RELEASE_REMEMBERED));
                 self.invoke(invocation).await?
             }
             _ => {
@@ -270,7 +282,15 @@ where
                     _ => &*RELEASE,
                 };
                 let mut invocation = script.call();
-                invocation.key(keys.lock).arg(token).arg(keys.channel);
+                invocation
+                    .key(keys.lock)
+                    .key(keys.last)
+                    .arg(token)
+                    .arg(keys.channel)
+                    .arg(millis(RELEASE_REMEMBERED));
+                if let Kind::Semaphore { count, .. } = kind {
+                    invocation.arg(count.get());
+                }
                 self.invoke(invocation).await?
             }
         };
@@ -288,6 +308,9 @@ where
             .key(self.lock_keys(kind, name).lock)
             .arg(token)
             .arg(millis(lease));
+        if let Kind::Semaphore { count, .. } = kind {
+            invocation.arg(count.get());
+        }
         let (extended, replicated): (i64, _) = self.invoke_write(invocation).await?;
         if let Some(replicated) = replicated
             && extended == 1
@@ -313,6 +336,18 @@ where
             self.invoke(invocation).await?
         };
         Ok(released == 1)
+    }
+
+    async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
+        let kept = match kind {
+            Kind::Reentrant => "hash",
+            Kind::Semaphore { .. } => "zset",
+            Kind::Plain | Kind::Fair => "string",
+        };
+        let mut invocation = INSPECT.call();
+        invocation.key(self.lock_keys(kind, name).lock).arg(kept);
+        let state: Option<(u32, i64, String)> = self.invoke(invocation).await?;
+        Ok(state.map(|(taken, ms, holder)| LockState::new(taken, ms, &holder)))
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedisWaiter {

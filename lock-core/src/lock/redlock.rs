@@ -9,7 +9,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::redis::{RedisWaiter, jittered};
-use super::{AcquireRequest, Attempt, Kind, LockBackend, ReleaseWaiter};
+use super::{AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{BackendError, Error, Result};
 use crate::name::Name;
@@ -362,6 +362,46 @@ impl LockBackend for Redlock {
             return self.tally(&results);
         }
         Ok(results.iter().any(|r| matches!(r, Ok(true))))
+    }
+
+    /// The state a majority of servers agree on (the same holder); `None`
+    /// when no holder has a majority.
+    async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
+        plain_only(kind)?;
+        let results = self
+            .on_all(|server| {
+                let name = name.clone();
+                async move { server.inspect(kind, &name).await }
+            })
+            .await;
+        let answers: Vec<Option<LockState>> = results.into_iter().filter_map(Result::ok).collect();
+        if answers.len() < self.quorum() {
+            return Err(Error::NoQuorum {
+                answered: answers.len(),
+                needed: self.quorum(),
+            });
+        }
+        let held = answers.iter().flatten().find(|state| {
+            let agree = answers
+                .iter()
+                .flatten()
+                .filter(|other| other.holder == state.holder)
+                .count();
+            agree >= self.quorum()
+        });
+        // The shortest lease among the servers that agree is the one to count on.
+        Ok(held.map(|state| {
+            let remaining = answers
+                .iter()
+                .flatten()
+                .filter(|other| other.holder == state.holder)
+                .filter_map(|other| other.remaining)
+                .min();
+            LockState {
+                remaining,
+                ..state.clone()
+            }
+        }))
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedlockWaiter {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Kind, Lock, LockBackend, LockGuard, LockOptions, new_token};
+use super::{Kind, Lock, LockBackend, LockGuard, LockOptions, LockState, new_token};
 use crate::error::{Error, Result};
 use crate::name::Name;
 
@@ -109,6 +109,15 @@ impl<B: LockBackend> ReentrantLock<B> {
     /// Backend failures and timeouts.
     pub async fn lock(&self, owner: &Owner, wait: Duration) -> Result<Option<LockGuard<B>>> {
         self.inner.acquire(Some(owner.id()), wait).await
+    }
+
+    /// Who holds the lock now (`None`: nobody): the start of the owner's
+    /// name and how long its lease still runs.
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn state(&self) -> Result<Option<LockState>> {
+        self.inner.state().await
     }
 
     /// Releases the lock whoever holds it, however many times.

@@ -60,8 +60,12 @@ impl<B: LockBackend> Semaphore<B> {
                 "semaphore permits are neither fenced nor fair",
             ));
         }
+        let kind = Kind::Semaphore {
+            permits,
+            count: NonZeroU32::MIN,
+        };
         Ok(Semaphore {
-            inner: Lock::of_kind(backend, name, Kind::Semaphore { permits }, options)?,
+            inner: Lock::of_kind(backend, name, kind, options)?,
         })
     }
 
@@ -73,7 +77,7 @@ impl<B: LockBackend> Semaphore<B> {
     /// How many permits there are.
     pub fn permits(&self) -> u32 {
         match self.inner.kind() {
-            Kind::Semaphore { permits } => permits.get(),
+            Kind::Semaphore { permits, .. } => permits.get(),
             _ => 1,
         }
     }
@@ -92,6 +96,73 @@ impl<B: LockBackend> Semaphore<B> {
     /// Backend failures and timeouts.
     pub async fn acquire(&self, wait: Duration) -> Result<Option<LockGuard<B>>> {
         self.inner.acquire(None, wait).await
+    }
+
+    /// Takes `n` permits at once if that many are free (all or none),
+    /// without waiting. Releasing the guard returns all of them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `n` is above the number of permits
+    /// (it could never be granted); backend failures and timeouts.
+    pub async fn try_acquire_many(&self, n: NonZeroU32) -> Result<Option<LockGuard<B>>> {
+        self.acquire_many(n, Duration::ZERO).await
+    }
+
+    /// Takes `n` permits at once (all or none), waiting at most `wait` for
+    /// that many to be free.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::lock::Semaphore;
+    ///
+    /// let sem = Semaphore::new(MemoryBackend::new(), "gpu", NonZeroU32::new(4).unwrap())?;
+    /// let three = sem.try_acquire_many(NonZeroU32::new(3).unwrap()).await?.expect("free");
+    /// assert_eq!(sem.available().await?, 1);
+    /// // Two more do not fit: none is taken.
+    /// assert!(sem.try_acquire_many(NonZeroU32::new(2).unwrap()).await?.is_none());
+    /// three.release().await?;
+    /// assert_eq!(sem.available().await?, 4);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    pub async fn acquire_many(
+        &self,
+        n: NonZeroU32,
+        wait: Duration,
+    ) -> Result<Option<LockGuard<B>>> {
+        let Kind::Semaphore { permits, .. } = self.inner.kind() else {
+            unreachable!("a semaphore's kind");
+        };
+        if n > permits {
+            return Err(Error::invalid_argument(
+                "n",
+                "more permits than the semaphore has (they could never be taken)",
+            ));
+        }
+        let kind = Kind::Semaphore { permits, count: n };
+        let lock = Lock::of_kind(
+            self.inner.backend().clone(),
+            self.inner.name().as_str(),
+            kind,
+            *self.inner.options(),
+        )?;
+        lock.acquire(None, wait).await
+    }
+
+    /// How many permits are free now (the permits, less those whose lease
+    /// is running).
+    ///
+    /// # Errors
+    /// Backend failures and timeouts.
+    pub async fn available(&self) -> Result<u32> {
+        let taken = self.inner.state().await?.map_or(0, |state| state.taken);
+        Ok(self.permits().saturating_sub(taken))
     }
 
     /// Returns every permit (administrative reset).

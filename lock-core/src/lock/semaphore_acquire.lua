@@ -1,13 +1,18 @@
--- Semaphore: a zset of permit tokens scored by expiry (Redis time, ms), so
--- a crashed holder's permit comes back when its lease ends.
--- KEYS[1] permits; ARGV[1] token, ARGV[2] lease ms, ARGV[3] permits
--- Returns {1, 0} when a permit is taken, {0, ms until the first expiry}.
+-- Semaphore: a zset of permits scored by expiry (Redis time, ms), so a
+-- crashed holder's permits come back when their lease ends. A holder of
+-- several permits has one member per permit: `<token>#1` .. `<token>#n`.
+-- KEYS[1] permits; ARGV[1] token, ARGV[2] lease ms, ARGV[3] permits,
+-- ARGV[4] permits asked for (all or none)
+-- Returns {1, 0} when they are taken, {0, ms until the first expiry}.
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local lease = tonumber(ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1])
-    or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+local count = tonumber(ARGV[4])
+if redis.call('ZSCORE', KEYS[1], ARGV[1] .. '#1')
+    or redis.call('ZCARD', KEYS[1]) + count <= tonumber(ARGV[3]) then
+  for i = 1, count do
+    redis.call('ZADD', KEYS[1], now + lease, ARGV[1] .. '#' .. i)
+  end
   if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
   return {1, 0}
 end
