@@ -176,6 +176,7 @@ async fn everything_holds_on_a_cluster() {
     lock_tests::kinds_suite!(sequentially on);
     lock_tests::rate_suite!(sequentially on);
     lock_tests::counter_suite!(sequentially on);
+    lock_tests::features_suite!(sequentially on);
     waiters_are_woken_on_every_node(&cluster, &backend).await;
     noscript_waits_on_no_other_node(&cluster, &backend).await;
     a_tower_layer_limits_over_the_cluster(&backend).await;

@@ -42,6 +42,7 @@ async fn every_primitive_works_over_tls_with_a_user() {
     lock_tests::kinds_suite!(sequentially on);
     lock_tests::rate_suite!(sequentially on);
     lock_tests::counter_suite!(sequentially on);
+    lock_tests::features_suite!(sequentially on);
 
     // A wrong password is refused, as a typed backend error.
     let port = server.server().tls_port().expect("a TLS port");
