@@ -108,10 +108,10 @@ impl<B: LockBackend> Lock<B> {
                     },
                 ),
                 Attempt::Busy { retry_in, handoffs } => {
-                    cleanup.armed = self.kind == Kind::Fair;
+                    cleanup.armed = self.kind.keeps_a_place();
                     let now = Instant::now();
                     if now >= deadline {
-                        if self.kind == Kind::Fair {
+                        if self.kind.keeps_a_place() {
                             // Give up our place in line now, not when it lapses
                             // (on failure, the cleanup retries in the background).
                             let left = self.backend.release(self.kind, &self.name, &token).await;
@@ -132,7 +132,7 @@ impl<B: LockBackend> Lock<B> {
                     if let Some(ttl) = retry_in {
                         max = max.min(ttl + Duration::from_millis(1));
                     }
-                    if self.kind == Kind::Fair {
+                    if self.kind.keeps_a_place() {
                         max = max.min(FAIR_REFRESH);
                     }
                     armed.wait(max).await;

@@ -58,6 +58,12 @@ pub enum Kind {
         /// How many one acquisition takes (all or none).
         count: NonZeroU32,
     },
+    /// The read side of a [`ReadWriteLock`](super::ReadWriteLock): shared
+    /// with other readers, excluded by a writer.
+    Read,
+    /// The write side of a [`ReadWriteLock`](super::ReadWriteLock): one
+    /// owner, no readers but its own. Shares its keys with [`Kind::Read`].
+    Write,
 }
 
 impl Kind {
@@ -68,13 +74,22 @@ impl Kind {
             Kind::Reentrant => "rlock",
             Kind::Fair => "flock",
             Kind::Semaphore { .. } => "sem",
+            Kind::Read | Kind::Write => "rw",
         }
     }
 
     /// Whether acquisitions of this kind can carry fencing tokens (those with
     /// one holder at a time).
     pub fn fences(self) -> bool {
-        !matches!(self, Kind::Semaphore { .. })
+        !matches!(self, Kind::Semaphore { .. } | Kind::Read)
+    }
+
+    /// Whether a busy attempt of this kind leaves the waiter with a place
+    /// to keep (a fair lock's line, a writer waiting ahead of new readers):
+    /// it must retry at least every [`FAIR_REFRESH`](super::options::FAIR_REFRESH) to keep it, and
+    /// give it up by a release when it stops waiting.
+    pub(crate) fn keeps_a_place(self) -> bool {
+        matches!(self, Kind::Fair | Kind::Write)
     }
 }
 
@@ -88,7 +103,7 @@ pub struct AcquireRequest<'a> {
     pub name: &'a Name,
     /// This acquisition's token (128 random bits).
     pub token: &'a str,
-    /// The owner, for [`Kind::Reentrant`].
+    /// The owner, for [`Kind::Reentrant`], [`Kind::Read`] and [`Kind::Write`].
     pub owner: Option<&'a str>,
     /// The lease asked for.
     pub lease: Duration,

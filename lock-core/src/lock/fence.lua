@@ -13,6 +13,17 @@ local function next_fence(key, ttl_ms)
   redis.call('SET', key, string.format('%d', fence), 'PX', ttl_ms)
   return fence
 end
+-- The fencing token of a holding kept in a hash (field 'fence'): issued
+-- at its first grant; a re-entry gets the token the owner already holds,
+-- which the resource has seen and still admits.
+local function holding_fence(hash, key, ttl_ms)
+  local fence = tonumber(redis.call('HGET', hash, 'fence') or '')
+  if not fence then
+    fence = next_fence(key, ttl_ms)
+    redis.call('HSET', hash, 'fence', string.format('%d', fence))
+  end
+  return fence
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

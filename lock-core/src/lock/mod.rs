@@ -92,6 +92,7 @@ mod guard;
 pub(crate) mod memory;
 mod multi;
 mod options;
+mod read_write;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
@@ -113,6 +114,7 @@ pub use self::multi::{MultiGuard, MultiLock};
 pub use self::options::{
     DEFAULT_LEASE, FAIR_SLOT, HANDOFF_CLAIM, Lease, LockOptions, MAX_LEASE, RELEASE_REMEMBERED,
 };
+pub use self::read_write::ReadWriteLock;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisWaiter;
 #[cfg(feature = "redis")]

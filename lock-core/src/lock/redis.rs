@@ -32,6 +32,8 @@ static FAIR_FORCE_RELEASE: LazyLock<LuaScript> =
 static SEMAPHORE_ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_acquire.lua");
 static SEMAPHORE_RELEASE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_release.lua");
 static SEMAPHORE_EXTEND: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_extend.lua");
+static RW_ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "rw_acquire.lua");
+static RW_RELEASE: LazyLock<LuaScript> = lua_script!("rw_release.lua");
 static INSPECT: LazyLock<LuaScript> = lua_script!("fence.lua", "inspect.lua");
 
 /// How long the fencing counter outlives its last grant.
@@ -215,6 +217,21 @@ where
                     .arg(millis(HANDOFF_CLAIM));
                 invocation
             }
+            Kind::Read | Kind::Write => {
+                let mut invocation = RW_ACQUIRE.call();
+                invocation
+                    .key(self.lock_keys(request.kind, name).lock)
+                    .key(self.key(name, "rw:writers"))
+                    .key(self.key(name, "fence"))
+                    .arg(request.token)
+                    .arg(lease)
+                    .arg(fencing)
+                    .arg(millis(FENCE_TTL))
+                    .arg(request.owner.unwrap_or_default())
+                    .arg(if request.kind == Kind::Read { "r" } else { "w" })
+                    .arg(millis(FAIR_SLOT));
+                invocation
+            }
             Kind::Semaphore { permits, count } => {
                 let mut invocation = SEMAPHORE_ACQUIRE.call();
                 invocation
@@ -275,6 +292,17 @@ where
                     .arg(millis(RELEASE_REMEMBERED));
                 self.invoke(invocation).await?
             }
+            Kind::Read | Kind::Write => {
+                let mut invocation = RW_RELEASE.call();
+                invocation
+                    .key(keys.lock)
+                    .key(self.key(name, "rw:writers"))
+                    .key(keys.last)
+                    .arg(token)
+                    .arg(keys.channel)
+                    .arg(millis(RELEASE_REMEMBERED));
+                self.invoke(invocation).await?
+            }
             _ => {
                 let script = match kind {
                     Kind::Reentrant => &*REENTRANT_RELEASE,
@@ -299,7 +327,8 @@ where
 
     async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
         let script = match kind {
-            Kind::Reentrant => &*REENTRANT_EXTEND,
+            // The same layout: one field per live acquisition.
+            Kind::Reentrant | Kind::Read | Kind::Write => &*REENTRANT_EXTEND,
             Kind::Semaphore { .. } => &*SEMAPHORE_EXTEND,
             Kind::Plain | Kind::Fair => &*EXTEND,
         };
@@ -342,6 +371,7 @@ where
         let kept = match kind {
             Kind::Reentrant => "hash",
             Kind::Semaphore { .. } => "zset",
+            Kind::Read | Kind::Write => "rw",
             Kind::Plain | Kind::Fair => "string",
         };
         let mut invocation = INSPECT.call();

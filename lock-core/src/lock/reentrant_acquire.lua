@@ -15,13 +15,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if ARGV[3] == '1' then
-  -- One token per holding, not per acquisition: a re-entry gets the token
-  -- the owner already holds, which the resource has seen and still admits.
-  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '')
-  if not fence then
-    fence = next_fence(KEYS[2], ARGV[4])
-    redis.call('HSET', KEYS[1], 'fence', string.format('%d', fence))
-  end
-  return {1, fence}
+  -- One token per holding, not per acquisition.
+  return {1, holding_fence(KEYS[1], KEYS[2], ARGV[4])}
 end
 return {1, 0}

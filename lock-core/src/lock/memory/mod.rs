@@ -1,5 +1,12 @@
 //! Every lock kind in memory: the same semantics as on Redis, for one process.
 
+mod backend;
+mod read_write;
+#[cfg(test)]
+mod tests;
+
+pub use self::backend::MemoryWaiter;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -7,15 +14,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{
-    AcquireRequest, Attempt, FAIR_SLOT, Kind, LockBackend, LockState, RELEASE_REMEMBERED,
-    ReleaseWaiter,
-};
-use crate::backend::MemoryBackend;
-use crate::backend::notify::{WaitHandle, Waiters};
+use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockState, RELEASE_REMEMBERED};
+use crate::backend::notify::Waiters;
 use crate::backend::shrink_swept;
-use crate::error::Result;
 use crate::name::Name;
+use read_write::ReadWrite;
 
 type Token = Box<str>;
 
@@ -41,6 +44,7 @@ enum Slot {
         /// Each holder's lease and how many permits it holds.
         permits: HashMap<Token, (Instant, u32)>,
     },
+    ReadWrite(ReadWrite),
 }
 
 impl Slot {
@@ -59,6 +63,7 @@ impl Slot {
                 permits.retain(|_, (e, _)| *e > now);
                 !permits.is_empty()
             }
+            Slot::ReadWrite(lock) => lock.prune(now),
         }
     }
 }
@@ -255,6 +260,35 @@ impl LockTable {
                     }
                     busy(permits.values().map(|(e, _)| *e).min(), now)
                 }
+                (Kind::Read | Kind::Write, slot_now) => {
+                    let lock = match slot_now {
+                        Some(Slot::ReadWrite(lock)) => lock,
+                        Some(_) => return busy(None, now),
+                        None => {
+                            *slot = Some(Slot::ReadWrite(ReadWrite::default()));
+                            let Some(Slot::ReadWrite(lock)) = slot.as_mut() else {
+                                unreachable!("just set")
+                            };
+                            lock
+                        }
+                    };
+                    let write = request.kind == Kind::Write;
+                    let rw = read_write::Request {
+                        token: request.token,
+                        owner: request.owner.unwrap_or_default(),
+                        write,
+                        lease,
+                    };
+                    if let Some(busy) = lock.acquire(&rw, now) {
+                        return busy;
+                    }
+                    if write && request.fencing && lock.fence.is_none() {
+                        lock.fence = self.fence(true);
+                    }
+                    Attempt::Acquired {
+                        fence: lock.fence.filter(|_| write && request.fencing),
+                    }
+                }
                 // A slot of another kind cannot be under this kind's key.
                 (_, Some(_)) => busy(None, now),
             }
@@ -293,6 +327,13 @@ impl LockTable {
                     return mine;
                 }
                 Some(Slot::Semaphore { permits }) => permits.remove(token).is_some(),
+                Some(Slot::ReadWrite(lock)) => {
+                    let (released, woken) = lock.release(token);
+                    if woken {
+                        wake = Some(wake_key(kind, name));
+                    }
+                    return released;
+                }
                 _ => false,
             };
             if released {
@@ -324,6 +365,7 @@ impl LockTable {
                 let (token, (expires, _)) = permits.iter().min_by_key(|(_, (e, _))| *e)?;
                 Some(LockState::new(taken, ms(*expires, now), token))
             }
+            Slot::ReadWrite(lock) => lock.state(now),
         })
     }
 
@@ -358,6 +400,7 @@ impl LockTable {
                 }
                 None => false,
             },
+            Some(Slot::ReadWrite(lock)) => lock.extend(token, lease, now),
             _ => false,
         })
     }
@@ -369,6 +412,11 @@ impl LockTable {
                 let held = holder.take().is_some();
                 wake = queue.front().map(|(t, _)| fair_wake_key(name, t));
                 held
+            }
+            Some(Slot::ReadWrite(lock)) => {
+                // Writers waiting keep their places.
+                wake = Some(wake_key(kind, name));
+                lock.clear()
             }
             Some(_) => {
                 *slot = None;
@@ -392,108 +440,5 @@ impl LockTable {
             .values_mut()
             .filter_map(|s| s.prune(now).then_some(()))
             .count()
-    }
-}
-
-impl LockBackend for MemoryBackend {
-    type Waiter = MemoryWaiter;
-
-    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
-        Ok(self.inner.locks.acquire(request))
-    }
-
-    async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
-        Ok(self.inner.locks.release(kind, name, token))
-    }
-
-    async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
-        Ok(self.inner.locks.extend(kind, name, token, lease))
-    }
-
-    async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
-        Ok(self.inner.locks.force_release(kind, name))
-    }
-
-    async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
-        Ok(self.inner.locks.inspect(kind, name))
-    }
-
-    fn waiter(&self, kind: Kind, name: &Name, token: &str) -> MemoryWaiter {
-        let key = match kind {
-            Kind::Fair => fair_wake_key(name, token),
-            _ => wake_key(kind, name),
-        };
-        MemoryWaiter {
-            handle: self.inner.locks.waiters.register(&key),
-        }
-    }
-}
-
-/// Waits for a release in a [`MemoryBackend`].
-pub struct MemoryWaiter {
-    handle: WaitHandle,
-}
-
-impl std::fmt::Debug for MemoryWaiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryWaiter").finish_non_exhaustive()
-    }
-}
-
-impl ReleaseWaiter for MemoryWaiter {
-    async fn arm(&mut self) {
-        self.handle.mark_seen();
-    }
-
-    async fn wait(&mut self, max: Duration) {
-        let _ = tokio::time::timeout(max, self.handle.changed()).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // On a paused clock: nothing expires before the sleep.
-    #[tokio::test(start_paused = true)]
-    async fn expired_locks_are_swept() {
-        let table = LockTable::default();
-        for i in 0..(2 * SWEEP_EVERY) {
-            let name = Name::new(format!("n{i}")).unwrap();
-            table.acquire(&AcquireRequest {
-                kind: Kind::Plain,
-                name: &name,
-                token: "t",
-                owner: None,
-                lease: Duration::from_millis(1),
-                fencing: false,
-                waits: false,
-            });
-        }
-        let peak = table.slots.lock().unwrap().capacity();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let name = Name::new("last").unwrap();
-        for _ in 0..SWEEP_EVERY {
-            table.acquire(&AcquireRequest {
-                kind: Kind::Plain,
-                name: &name,
-                token: "t",
-                owner: None,
-                lease: Duration::from_secs(10),
-                fencing: false,
-                waits: false,
-            });
-        }
-        let (stored, room) = {
-            let slots = table.slots.lock().unwrap();
-            (slots.len(), slots.capacity())
-        };
-        assert!(stored <= 2, "held {stored} entries");
-        // The sweep gave back the room the expired locks took.
-        assert!(
-            peak >= SWEEP_EVERY as usize && room <= 16,
-            "room for {room} entries, {peak} before the sweep"
-        );
-        assert_eq!(table.len(), 1);
     }
 }
