@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::header::RETRY_AFTER;
-use http::{HeaderValue, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 use lock_core::backend::MemoryBackend;
-use lock_core::lock::{Lock, LockBackend, LockGuard, LockOptions, Semaphore};
+use lock_core::lock::{Lock, LockBackend, LockGuard, LockOptions, Owner, ReadWriteLock, Semaphore};
 
 use super::{HeldLock, HoldTimer, LockRefusal, LockVerdict as Verdict};
 use crate::body::Held;
@@ -22,11 +22,13 @@ use crate::key::{KeyExtractor, Missing, RequestParts};
 use crate::metrics::Metrics;
 use crate::response::{plain, unavailable};
 
-/// One lock per key, or up to N permits per key.
+/// One lock per key, up to N permits per key, or a read-write lock per
+/// key (safe methods read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     Mutex,
     Concurrency(NonZeroU32),
+    ReadWrite,
 }
 
 /// What a lock layer takes, and how: what every service of one layer
@@ -51,12 +53,14 @@ pub(crate) struct Locking<B, K> {
     pub(crate) warned: Arc<AtomicBool>,
 }
 
-/// Takes the lock (or a permit) `name` on `backend`.
+/// Takes the lock (or a permit, or a side) `name` on `backend` for a
+/// request with `method`.
 async fn take<BK: LockBackend>(
     backend: BK,
     mode: Mode,
     options: LockOptions,
     name: &str,
+    method: &Method,
     wait: Duration,
 ) -> lock_core::Result<Option<LockGuard<BK>>> {
     match mode {
@@ -65,6 +69,16 @@ async fn take<BK: LockBackend>(
             Semaphore::with_options(backend, name, permits, options)?
                 .acquire(wait)
                 .await
+        }
+        Mode::ReadWrite => {
+            // Each request is its own owner: requests never re-enter.
+            // Writers already go first; fairness does not apply.
+            let lock = ReadWriteLock::with_options(backend, name, options.fair(false))?;
+            if method.is_safe() {
+                lock.read(&Owner::new(), wait).await
+            } else {
+                lock.write(&Owner::new(), wait).await
+            }
         }
     }
 }
@@ -146,7 +160,7 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
     /// Takes the lock for `request` as the layer's services do.
     pub(crate) async fn acquire(&self, request: RequestParts<'_>) -> Verdict {
         match self.key.extract(request) {
-            Some(key) => self.acquire_key(key).await,
+            Some(key) => self.acquire_key(key, request.method).await,
             None => self.missing(self.key.missing(request)),
         }
     }
@@ -156,8 +170,9 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
         self.no_key(&why)
     }
 
-    /// Takes the lock of `key`, within the wait and the decision timeout.
-    pub(crate) async fn acquire_key(&self, key: String) -> Verdict {
+    /// Takes the lock of `key` for a request with `method`, within the wait
+    /// and the decision timeout.
+    pub(crate) async fn acquire_key(&self, key: String, method: &Method) -> Verdict {
         let name = format!("{}:{key}", self.scope);
         let started = std::time::Instant::now();
         let bound = Failure {
@@ -169,6 +184,7 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
             self.mode,
             self.options,
             &name,
+            method,
             self.wait,
         );
         match guarded(bound, &self.breaker, &self.metrics, "lock", taking).await {
@@ -191,6 +207,7 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
                     self.mode,
                     self.options,
                     &name,
+                    method,
                     self.wait,
                 );
                 match local.await {

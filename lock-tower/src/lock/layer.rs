@@ -66,9 +66,37 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         let layer = match self.locking.mode {
             Mode::Mutex => "lock",
             Mode::Concurrency(_) => "concurrency",
+            Mode::ReadWrite => "read_write",
         };
         self.locking.metrics = Arc::new(Metrics::new(layer, scope));
         self
+    }
+
+    /// A read-write lock per key instead of a mutex: requests with a safe
+    /// method (`GET`, `HEAD`, `OPTIONS`, `TRACE`) take the read side and run
+    /// side by side; any other method takes the write side and runs alone.
+    /// A waiting writer goes before readers that come after it
+    /// ([`ReadWriteLock`](lock_core::lock::ReadWriteLock)), so a stream of
+    /// reads never starves a write. Fencing tokens
+    /// ([`LockOptions::fencing`]) come with writes only; fairness does not
+    /// apply.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_tower::LockLayer;
+    /// use lock_tower::key::PathKey;
+    ///
+    /// // Reads of a document share it; a write waits for them and has it alone.
+    /// let layer = LockLayer::new(MemoryBackend::new(), PathKey)
+    ///     .read_write()
+    ///     .wait(Duration::from_secs(2));
+    /// # let _ = layer;
+    /// ```
+    pub fn read_write(mut self) -> Self {
+        self.locking.mode = Mode::ReadWrite;
+        let scope = self.locking.scope.clone();
+        self.scope(&scope)
     }
 
     /// Lease and fencing options of each lock (default: 30 s watchdog).

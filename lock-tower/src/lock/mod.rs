@@ -10,6 +10,10 @@
 //! 409). The layer's own refusals carry a [`LockRefusal`] extension, and a
 //! rate-limit layer around it sends no `RateLimit` fields on them.
 //!
+//! With [`LockLayer::read_write`], the lock of a key is a read-write lock:
+//! requests with a safe method (`GET`, `HEAD`, ...) share it, others have
+//! it alone, and a waiting write goes before reads that come after it.
+//!
 //! [`ConcurrencyLimitLayer`] admits at most N requests per key at once (a
 //! distributed semaphore per key), with the same options.
 //!

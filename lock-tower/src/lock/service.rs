@@ -66,13 +66,14 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let locking = self.locking.clone();
         let parts = RequestParts::new(&request);
+        let method = request.method().clone();
         let key = locking
             .key
             .extract(parts)
             .ok_or_else(|| locking.key.missing(parts));
         let verdict = async move {
             match key {
-                Ok(key) => locking.acquire_key(key).await,
+                Ok(key) => locking.acquire_key(key, &method).await,
                 Err(why) => locking.missing(why),
             }
         };
