@@ -289,6 +289,63 @@ impl<B: RateBackend> RateLimiter<B> {
         self.backend.reset(&request).await
     }
 
+    /// Takes as many of `most` units as `caller` has left, all of them if
+    /// it can (go-redis/redis_rate's `AllowAtMost`): the number granted,
+    /// and the decision of the check that took them (or of the last
+    /// refusal, when none were left).
+    ///
+    /// Each check is atomic and all or nothing, so no quota is ever
+    /// exceeded. When fewer than `most` are left, a refusal says how many
+    /// remain and that many are taken by a second check: two round trips
+    /// on Redis. Another caller taking units in between can make it grant
+    /// fewer than were left (a few more checks, each asking for what the
+    /// last refusal said remains, and then 0).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use std::num::NonZeroU32;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    ///
+    /// let five = Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(5).unwrap()));
+    /// let limiter = RateLimiter::new(MemoryBackend::new(), "emails", five)?;
+    /// assert_eq!(limiter.allow_at_most("newsletter", 3).await?.0, 3);
+    /// assert_eq!(limiter.allow_at_most("newsletter", 3).await?.0, 2);
+    /// let (granted, decision) = limiter.allow_at_most("newsletter", 3).await?;
+    /// assert_eq!(granted, 0);
+    /// assert!(!decision.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check`](Self::check). A `most` above the policy's
+    /// [`max_cost`](Policy::max_cost) asks for at most that.
+    pub async fn allow_at_most<'a>(
+        &self,
+        caller: impl Into<Caller<'a>>,
+        most: u32,
+    ) -> Result<(u32, Decision)> {
+        let caller = caller.into();
+        let mut cost = most.min(self.shared.policy.max_cost());
+        // Each refusal asks for strictly less; one more check per quota
+        // covers a refusal that named a quota with more room than another.
+        let attempts = self.shared.policy.quotas().len() + 2;
+        let mut decision = self.check_cost(caller, cost).await?;
+        for _ in 1..attempts {
+            if decision.allowed || cost == 0 {
+                break;
+            }
+            cost = decision.remaining.min(cost - 1);
+            if cost == 0 {
+                break;
+            }
+            decision = self.check_cost(caller, cost).await?;
+        }
+        let granted = if decision.allowed { cost } else { 0 };
+        Ok((granted, decision))
+    }
+
     /// Waits until `cost` units for `caller` are allowed, and takes them;
     /// gives up after `within`, returning the last refusal. Each refusal's
     /// [`retry_after`](Decision::retry_after) says how long to sleep, so
