@@ -1,7 +1,8 @@
 //! The conformance suite of what the peers' users ask for: releases that
 //! can be retried, lock queries, semaphore permits by count, work run
-//! under a lock, several locks at once, bursts apart from rates, and
-//! resets. Every backend must pass it.
+//! under a lock, several locks at once, read-write locks (cases in
+//! [`read_write_suite`](crate::read_write_suite)), bursts apart from
+//! rates, and resets. Every backend must pass it.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use lock_core::lock::{
     Lock, LockBackend, LockGuard, LockOptions, MultiLock, ReentrantLock, Semaphore,
 };
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
+
+pub use crate::read_write_suite::*;
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
@@ -360,6 +363,33 @@ pub async fn a_reset_forgets_the_caller<B: RateBackend>(backend: B) {
     }
 }
 
+/// Allow-at-most grants what is left, up to what was asked, under every
+/// algorithm and the tightest of several quotas; never more.
+pub async fn allow_at_most_grants_what_is_left<B: RateBackend>(backend: B) {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::Gcra,
+    ] {
+        let policy = Policy::new(algorithm)
+            .quota(Quota::per_hour(nz(10)))
+            .quota(Quota::per_day(nz(5)));
+        let scope = format!("at-most-{algorithm:?}");
+        let limiter = RateLimiter::new(backend.clone(), &scope, policy).expect("valid");
+        let mut granted = Vec::new();
+        for _ in 0..3 {
+            let (n, decision) = limiter.allow_at_most("ann", 3).await.expect("backend");
+            assert_eq!(decision.allowed, n > 0, "{algorithm:?}: {decision:?}");
+            granted.push(n);
+        }
+        assert_eq!(granted, [3, 2, 0], "{algorithm:?}");
+        assert!(
+            !limiter.check("ann").await.expect("backend").allowed,
+            "{algorithm:?}: more than the daily quota went out"
+        );
+    }
+}
+
 /// Instantiates the suite as `#[tokio::test]`s, as
 /// [`lock_suite!`](crate::lock_suite!) does.
 #[macro_export]
@@ -375,7 +405,10 @@ macro_rules! features_suite {
             a_retried_release_gets_the_same_answer, lock_state_shows_the_holder,
             semaphore_takes_many_at_once, work_runs_under_the_lock,
             multi_lock_is_all_or_nothing, crossed_multi_locks_never_deadlock,
-            a_burst_apart_from_the_rate, a_reset_forgets_the_caller);
+            a_burst_apart_from_the_rate, a_reset_forgets_the_caller,
+            allow_at_most_grants_what_is_left,
+            readers_share_and_writers_exclude, a_waiting_writer_goes_before_new_readers,
+            one_owner_reenters_either_side, readers_overlap_and_writers_are_not_starved);
     };
     (@cases $setup:expr; $($case:ident),* $(,)?) => {
         $(

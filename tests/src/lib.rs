@@ -22,6 +22,7 @@ pub mod kinds_suite;
 pub mod latency;
 pub mod lock_suite;
 pub mod rate_suite;
+pub mod read_write_suite;
 pub mod sentinel;
 mod server;
 pub mod tls;
