@@ -461,16 +461,10 @@ async fn redlock_leaves_no_key_on_servers_it_did_not_wait_for() {
     }
     assert!(guard.release().await.expect("backend"));
     for (i, server) in servers.iter().enumerate() {
-        let mut conn = server.connection();
-        let empty = lock_tests::eventually(Duration::from_secs(2), async || {
-            redis::cmd("DBSIZE")
-                .query::<u64>(&mut conn)
-                .expect("DBSIZE")
-                == 0
-        })
-        .await;
-        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
-        assert!(empty, "server {i} kept {keys:?}");
+        let empty =
+            lock_tests::eventually(Duration::from_secs(2), async || keys_on(server).is_empty())
+                .await;
+        assert!(empty, "server {i} kept {:?}", keys_on(server));
     }
 }
 
@@ -629,8 +623,12 @@ async fn connect_each(
 }
 
 /// Keys on `server`, read directly (not through a proxy).
+/// The keys on `server`, but for the remembered last releases
+/// (`…:last`, see `RELEASE_REMEMBERED`): those stay for a while by design,
+/// and hold no lock.
 fn keys_on(server: &RedisServer) -> Vec<String> {
-    server.connection().keys("*").expect("KEYS")
+    let keys: Vec<String> = server.connection().keys("*").expect("KEYS");
+    keys.into_iter().filter(|k| !k.ends_with(":last")).collect()
 }
 
 /// The time an acquire takes counts against its lease: with round trips

@@ -166,7 +166,9 @@ where
             .key(keys.last)
             .arg(token)
             .arg(if wake { keys.channel } else { String::new() })
-            .arg(millis(RELEASE_REMEMBERED));
+            // An undo is no release anyone will retry: nothing to remember,
+            // and no key left on servers the attempt never won.
+            .arg(if wake { millis(RELEASE_REMEMBERED) } else { 0 });
         let mut conn = self.connection();
         let released: i64 = self
             .bounded(call.cmd(self.sharded_pubsub(), true).query_async(&mut conn))
