@@ -182,8 +182,14 @@ async fn every_key_written_has_a_ttl() {
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
     }
     assert!(guard.release().await.expect("backend"));
-    let keys: Vec<String> = conn.keys("*").expect("KEYS");
-    assert_eq!(keys, vec!["lock:{ttl}:fence".to_string()]);
+    // Left: the fencing counter, and the remembered last release (so that
+    // a retried release gets the same answer), which expires on its own.
+    let mut keys: Vec<String> = conn.keys("*").expect("KEYS");
+    keys.sort();
+    assert_eq!(keys, ["lock:{ttl}:fence", "lock:{ttl}:lock:last"]);
+    let ttl: i64 = conn.pttl("lock:{ttl}:lock:last").expect("PTTL");
+    let remembered = i64::try_from(lock_core::lock::RELEASE_REMEMBERED.as_millis()).expect("ms");
+    assert!(ttl > 0 && ttl <= remembered, "the latch's PTTL is {ttl}");
 }
 
 fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
