@@ -1,8 +1,9 @@
 //! The conformance suite of what the peers' users ask for: releases that
 //! can be retried, lock queries, semaphore permits by count, work run
 //! under a lock, several locks at once, read-write locks (cases in
-//! [`read_write_suite`](crate::read_write_suite)), bursts apart from
-//! rates, and resets. Every backend must pass it.
+//! [`read_write_suite`](crate::read_write_suite)), fair locks an owner
+//! re-enters ([`fair_reentrant_suite`](crate::fair_reentrant_suite)),
+//! bursts apart from rates, and resets. Every backend must pass it.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use lock_core::lock::{
 };
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 
+pub use crate::fair_reentrant_suite::*;
 pub use crate::read_write_suite::*;
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -406,7 +408,7 @@ macro_rules! features_suite {
             semaphore_takes_many_at_once, work_runs_under_the_lock,
             multi_lock_is_all_or_nothing, crossed_multi_locks_never_deadlock,
             a_burst_apart_from_the_rate, a_reset_forgets_the_caller,
-            allow_at_most_grants_what_is_left,
+            allow_at_most_grants_what_is_left, a_fair_lock_is_reentrant_for_its_owner,
             readers_share_and_writers_exclude, a_waiting_writer_goes_before_new_readers,
             one_owner_reenters_either_side, readers_overlap_and_writers_are_not_starved);
     };

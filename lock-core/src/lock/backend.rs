@@ -49,7 +49,9 @@ pub enum Kind {
     Plain,
     /// One owner, who may hold it several times at once ([`ReentrantLock`](super::ReentrantLock)).
     Reentrant,
-    /// One holder; waiters get it in arrival order.
+    /// One holder; waiters get it in arrival order. Taken with an owner
+    /// (a fair [`ReentrantLock`](super::ReentrantLock)), the holder's owner
+    /// re-enters without queueing.
     Fair,
     /// Up to `permits` permits taken at once ([`Semaphore`](super::Semaphore)).
     Semaphore {
@@ -103,7 +105,9 @@ pub struct AcquireRequest<'a> {
     pub name: &'a Name,
     /// This acquisition's token (128 random bits).
     pub token: &'a str,
-    /// The owner, for [`Kind::Reentrant`], [`Kind::Read`] and [`Kind::Write`].
+    /// The owner, for [`Kind::Reentrant`], [`Kind::Read`] and
+    /// [`Kind::Write`], and for a [`Kind::Fair`] lock that its owner
+    /// re-enters.
     pub owner: Option<&'a str>,
     /// The lease asked for.
     pub lease: Duration,

@@ -1,8 +1,12 @@
 -- Shared prelude of the fair lock. KEYS[1] lock, KEYS[2] queue (list of
 -- tokens), KEYS[3] deadlines (zset token -> ms), KEYS[4] terms (hash token ->
--- "<lease ms> <1 when a fencing token is wanted, else 0>"), KEYS[5] fencing
--- counter, KEYS[6] handoff counter. Waiters whose slot deadline passed
--- (crashed, or gone without leaving) are dropped from the queue.
+-- "<lease ms> <1 when a fencing token is wanted, else 0>[ <owner>]"), KEYS[5] fencing
+-- counter, KEYS[6] handoff counter, KEYS[7] the holding, for a lock taken
+-- by an owner (a reentrant fair lock): a hash with the holder's token
+-- ('holding', valid only while it is the lock's value), 'owner', and one
+-- 'acq:<token>' field per live acquisition of that owner. Waiters whose
+-- slot deadline passed (crashed, or gone without leaving) are dropped from
+-- the queue.
 local function prune(now)
   local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   for _, t in ipairs(dead) do
@@ -15,6 +19,18 @@ end
 -- busy answer carries the number reached so far, so a waiter can tell a
 -- handoff made after its last answer (its own) from one made before it
 -- (since lost: that answer would otherwise have said the lock was its own).
+-- Records that `token` of `owner` ('' for none) now holds the lock.
+local function hold(token, owner, ms)
+  redis.call('DEL', KEYS[7])
+  if owner ~= '' then
+    redis.call('HSET', KEYS[7], 'holding', token, 'owner', owner, 'acq:' .. token, 1)
+    redis.call('PEXPIRE', KEYS[7], ms)
+  end
+end
+-- Whether the lock's holder `holder` is an owner's holding (KEYS[7]).
+local function owned(holder)
+  return holder and redis.call('HGET', KEYS[7], 'holding') == holder
+end
 local function handoffs()
   return tonumber(redis.call('GET', KEYS[6]) or '0')
 end
@@ -30,13 +46,14 @@ local function hand_over(prefix, fence_ttl, claim)
   local head = redis.call('LINDEX', KEYS[2], 0)
   if not head then return end
   local terms = redis.call('HGET', KEYS[4], head)
-  local lease, fencing
-  if terms then lease, fencing = string.match(terms, '^(%d+) ([01])$') end
+  local lease, fencing, owner
+  if terms then lease, fencing, owner = string.match(terms, '^(%d+) ([01]) ?(.*)$') end
   if not lease then
     redis.call('PUBLISH', prefix .. head, 'wake')
     return
   end
   redis.call('SET', KEYS[1], head, 'PX', math.min(tonumber(lease), tonumber(claim)))
+  hold(head, owner, lease)
   redis.call('LPOP', KEYS[2])
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)

@@ -1,7 +1,8 @@
 -- Who holds a lock, for operators: {taken, ms until the first lease ends
 -- (-1: none), holder token or owner}, or nothing when it is free.
--- KEYS[1] lock key; ARGV[1] how the kind keeps it: 'string' (plain,
--- fair), 'hash' (reentrant), 'zset' (semaphore: permits taken), 'rw'
+-- KEYS[1] lock key; ARGV[1] how the kind keeps it: 'string' (plain),
+-- 'fair' (KEYS[2] the holding: its owner when
+-- it has one), 'hash' (reentrant), 'zset' (semaphore: permits taken), 'rw'
 -- (read-write: acquisitions; the writer's owner, or a reader's)
 if ARGV[1] == 'zset' then
   local now = now_ms()
@@ -31,4 +32,7 @@ else
   holder = redis.call('GET', KEYS[1])
 end
 if not holder then return false end
+if ARGV[1] == 'fair' and redis.call('HGET', KEYS[2], 'holding') == holder then
+  holder = redis.call('HGET', KEYS[2], 'owner')
+end
 return {1, redis.call('PTTL', KEYS[1]), holder}

@@ -34,6 +34,7 @@ static SEMAPHORE_RELEASE: LazyLock<LuaScript> = lua_script!("fence.lua", "semaph
 static SEMAPHORE_EXTEND: LazyLock<LuaScript> = lua_script!("fence.lua", "semaphore_extend.lua");
 static RW_ACQUIRE: LazyLock<LuaScript> = lua_script!("fence.lua", "rw_acquire.lua");
 static RW_RELEASE: LazyLock<LuaScript> = lua_script!("rw_release.lua");
+static FAIR_EXTEND: LazyLock<LuaScript> = lua_script!("fair_extend.lua");
 static INSPECT: LazyLock<LuaScript> = lua_script!("fence.lua", "inspect.lua");
 
 /// How long the fencing counter outlives its last grant.
@@ -96,7 +97,8 @@ where
             .key(self.key(name, "flock:deadlines"))
             .key(self.key(name, "flock:terms"))
             .key(self.key(name, "fence"))
-            .key(self.key(name, "flock:handoffs"));
+            .key(self.key(name, "flock:handoffs"))
+            .key(self.key(name, "flock:holding"));
         invocation
     }
 
@@ -216,7 +218,8 @@ where
                     .arg(millis(FENCE_TTL))
                     .arg(millis(FAIR_SLOT))
                     .arg(self.fair_channel_prefix(name))
-                    .arg(millis(HANDOFF_CLAIM));
+                    .arg(millis(HANDOFF_CLAIM))
+                    .arg(request.owner.unwrap_or_default());
                 invocation
             }
             Kind::Read | Kind::Write => {
@@ -332,13 +335,15 @@ where
             // The same layout: one field per live acquisition.
             Kind::Reentrant | Kind::Read | Kind::Write => &*REENTRANT_EXTEND,
             Kind::Semaphore { .. } => &*SEMAPHORE_EXTEND,
-            Kind::Plain | Kind::Fair => &*EXTEND,
+            Kind::Fair => &*FAIR_EXTEND,
+            Kind::Plain => &*EXTEND,
         };
         let mut invocation = script.call();
-        invocation
-            .key(self.lock_keys(kind, name).lock)
-            .arg(token)
-            .arg(millis(lease));
+        invocation.key(self.lock_keys(kind, name).lock);
+        if kind == Kind::Fair {
+            invocation.key(self.key(name, "flock:holding"));
+        }
+        invocation.arg(token).arg(millis(lease));
         if let Kind::Semaphore { count, .. } = kind {
             invocation.arg(count.get());
         }
@@ -374,10 +379,15 @@ where
             Kind::Reentrant => "hash",
             Kind::Semaphore { .. } => "zset",
             Kind::Read | Kind::Write => "rw",
-            Kind::Plain | Kind::Fair => "string",
+            Kind::Plain => "string",
+            Kind::Fair => "fair",
         };
         let mut invocation = INSPECT.call();
-        invocation.key(self.lock_keys(kind, name).lock).arg(kept);
+        invocation.key(self.lock_keys(kind, name).lock);
+        if kind == Kind::Fair {
+            invocation.key(self.key(name, "flock:holding"));
+        }
+        invocation.arg(kept);
         let state: Option<(u32, i64, String)> = self.invoke(invocation).await?;
         Ok(state.map(|(taken, ms, holder)| LockState::new(taken, ms, &holder)))
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Kind, Lock, LockBackend, LockGuard, LockOptions, LockState, new_token};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::name::Name;
 
 /// Who holds a [`ReentrantLock`]. Async tasks have no thread id, so ownership
@@ -73,19 +73,37 @@ impl<B: LockBackend> ReentrantLock<B> {
         Self::with_options(backend, name, LockOptions::new())
     }
 
-    /// A reentrant lock with `options` (which must not ask for fairness).
+    /// A reentrant lock with `options`. With [`LockOptions::fair`], other
+    /// owners get it in arrival order (a FIFO line, as a fair [`Lock`]),
+    /// while the owner that holds it re-enters at once, without queueing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lock_core::backend::MemoryBackend;
+    /// use lock_core::lock::{LockOptions, Owner, ReentrantLock};
+    ///
+    /// let fair = LockOptions::new().fair(true);
+    /// let lock = ReentrantLock::with_options(MemoryBackend::new(), "ledger", fair)?;
+    /// let me = Owner::new();
+    /// let outer = lock.lock(&me, Duration::from_secs(1)).await?.expect("free");
+    /// let inner = lock.try_lock(&me).await?.expect("re-enters past any line");
+    /// inner.release().await?;
+    /// outer.release().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// As [`Lock::with_options`], and [`Error::InvalidArgument`] for a fair one.
+    /// As [`Lock::with_options`].
     pub fn with_options(backend: B, name: impl AsRef<str>, options: LockOptions) -> Result<Self> {
-        if options.fair {
-            return Err(Error::invalid_argument(
-                "options",
-                "a reentrant lock cannot also be fair",
-            ));
-        }
+        let kind = if options.fair {
+            Kind::Fair
+        } else {
+            Kind::Reentrant
+        };
         Ok(ReentrantLock {
-            inner: Lock::of_kind(backend, name, Kind::Reentrant, options)?,
+            inner: Lock::of_kind(backend, name, kind, options)?,
         })
     }
 

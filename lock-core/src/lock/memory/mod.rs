@@ -1,23 +1,25 @@
 //! Every lock kind in memory: the same semantics as on Redis, for one process.
 
 mod backend;
+mod fair;
 mod read_write;
 #[cfg(test)]
 mod tests;
 
 pub use self::backend::MemoryWaiter;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{AcquireRequest, Attempt, FAIR_SLOT, Kind, LockState, RELEASE_REMEMBERED};
+use super::{AcquireRequest, Attempt, Kind, LockState, RELEASE_REMEMBERED};
 use crate::backend::notify::Waiters;
 use crate::backend::shrink_swept;
 use crate::name::Name;
+use fair::Fair;
 use read_write::ReadWrite;
 
 type Token = Box<str>;
@@ -35,11 +37,7 @@ enum Slot {
         /// re-entry gets it, as the resource has already seen it.
         fence: Option<u64>,
     },
-    Fair {
-        holder: Option<(Token, Instant)>,
-        /// Waiters in arrival order, with the deadline of their place in line.
-        queue: VecDeque<(Token, Instant)>,
-    },
+    Fair(Fair),
     Semaphore {
         /// Each holder's lease and how many permits it holds.
         permits: HashMap<Token, (Instant, u32)>,
@@ -52,13 +50,7 @@ impl Slot {
     fn prune(&mut self, now: Instant) -> bool {
         match self {
             Slot::Plain { expires, .. } | Slot::Reentrant { expires, .. } => *expires > now,
-            Slot::Fair { holder, queue } => {
-                if holder.as_ref().is_some_and(|(_, e)| *e <= now) {
-                    *holder = None;
-                }
-                queue.retain(|(_, deadline)| *deadline > now);
-                holder.is_some() || !queue.is_empty()
-            }
+            Slot::Fair(lock) => lock.prune(now),
             Slot::Semaphore { permits } => {
                 permits.retain(|_, (e, _)| *e > now);
                 !permits.is_empty()
@@ -211,33 +203,26 @@ impl LockTable {
                         fence: fence.filter(|_| request.fencing),
                     }
                 }
-                (Kind::Fair, None) => {
-                    *slot = Some(Slot::Fair {
-                        holder: Some((token, now + lease)),
-                        queue: VecDeque::new(),
-                    });
-                    acquired()
-                }
-                (Kind::Fair, Some(Slot::Fair { holder, queue })) => {
-                    let first = queue.front().map(|(t, _)| t.clone());
-                    if holder.is_none() && first.as_ref().is_none_or(|t| *t == token) {
-                        queue.retain(|(t, _)| *t != token);
-                        *holder = Some((token, now + lease));
-                        return acquired();
-                    }
-                    let deadline = now + FAIR_SLOT;
-                    match queue.iter_mut().find(|(t, _)| *t == token) {
-                        Some((_, d)) => *d = deadline,
-                        None => queue.push_back((token, deadline)),
-                    }
-                    match holder {
-                        Some((_, expires)) => busy(Some(*expires), now),
+                (Kind::Fair, slot_now) => {
+                    let lock = match slot_now {
+                        Some(Slot::Fair(lock)) => lock,
+                        Some(_) => return busy(None, now),
                         None => {
-                            // The head has not come for it yet: nudge it.
-                            wake = first;
-                            busy(None, now)
+                            *slot = Some(Slot::Fair(Fair::default()));
+                            let Some(Slot::Fair(lock)) = slot.as_mut() else {
+                                unreachable!("just set")
+                            };
+                            lock
                         }
-                    }
+                    };
+                    let fair = fair::Request {
+                        token: request.token,
+                        owner: request.owner,
+                        lease,
+                    };
+                    let (attempt, nudge) = lock.acquire(&fair, now, || self.fence(request.fencing));
+                    wake = nudge;
+                    attempt
                 }
                 (Kind::Semaphore { count, .. }, None) => {
                     *slot = Some(Slot::Semaphore {
@@ -314,16 +299,9 @@ impl LockTable {
                     }
                     released
                 }
-                Some(Slot::Fair { holder, queue }) => {
-                    let mine = holder.as_ref().is_some_and(|(t, _)| &**t == token);
-                    if mine {
-                        *holder = None;
-                    } else {
-                        queue.retain(|(t, _)| &**t != token);
-                    }
-                    if holder.is_none() {
-                        wake = queue.front().map(|(t, _)| fair_wake_key(name, t));
-                    }
+                Some(Slot::Fair(lock)) => {
+                    let (mine, head) = lock.release(token);
+                    wake = head.map(|t| fair_wake_key(name, &t));
                     return mine;
                 }
                 Some(Slot::Semaphore { permits }) => permits.remove(token).is_some(),
@@ -356,10 +334,7 @@ impl LockTable {
             Slot::Reentrant { owner, expires, .. } => {
                 Some(LockState::new(1, ms(*expires, now), owner))
             }
-            Slot::Fair { holder, .. } => {
-                let (token, expires) = holder.as_ref()?;
-                Some(LockState::new(1, ms(*expires, now), token))
-            }
+            Slot::Fair(lock) => lock.state(now),
             Slot::Semaphore { permits } => {
                 let taken = permits.values().map(|(_, n)| n).sum();
                 let (token, (expires, _)) = permits.iter().min_by_key(|(_, (e, _))| *e)?;
@@ -386,13 +361,7 @@ impl LockTable {
                 *expires = (*expires).max(now + lease);
                 true
             }
-            Some(Slot::Fair {
-                holder: Some((held, expires)),
-                ..
-            }) if &**held == token => {
-                *expires = now + lease;
-                true
-            }
+            Some(Slot::Fair(lock)) => lock.extend(token, lease, now),
             Some(Slot::Semaphore { permits }) => match permits.get_mut(token) {
                 Some((expires, _)) => {
                     *expires = now + lease;
@@ -408,9 +377,9 @@ impl LockTable {
     fn force_release(&self, kind: Kind, name: &Name) -> bool {
         let mut wake = None;
         let released = self.with(kind, name, |slot, _| match slot.as_mut() {
-            Some(Slot::Fair { holder, queue }) => {
-                let held = holder.take().is_some();
-                wake = queue.front().map(|(t, _)| fair_wake_key(name, t));
+            Some(Slot::Fair(lock)) => {
+                let (held, head) = lock.force();
+                wake = head.map(|t| fair_wake_key(name, &t));
                 held
             }
             Some(Slot::ReadWrite(lock)) => {

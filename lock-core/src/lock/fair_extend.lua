@@ -1,0 +1,19 @@
+-- Extends a fair lock if `token` still holds it. An owner's holding
+-- (see the prelude's KEYS[7]) has one lease for all its acquisitions,
+-- which an extend never shortens; any other holder's lease is set anew.
+-- KEYS[1] lock key, KEYS[2] the holding; ARGV[1] token, ARGV[2] lease ms
+-- Returns 1 when extended, 0 when the lock was not ours.
+local holder = redis.call('GET', KEYS[1])
+if not holder then return 0 end
+if redis.call('HGET', KEYS[2], 'holding') == holder then
+  if redis.call('HEXISTS', KEYS[2], 'acq:' .. ARGV[1]) == 0 then return 0 end
+  for _, key in ipairs(KEYS) do
+    if redis.call('PTTL', key) < tonumber(ARGV[2]) then redis.call('PEXPIRE', key, ARGV[2]) end
+  end
+  return 1
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
