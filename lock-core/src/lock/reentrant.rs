@@ -22,7 +22,7 @@ impl Owner {
     /// An owner with a chosen id (e.g. a request id), validated like a name.
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty, oversized or braced id.
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for an empty, oversized or braced id.
     pub fn from_id(id: impl AsRef<str>) -> Result<Self> {
         Ok(Owner(Name::new(id)?.as_str().into()))
     }
