@@ -366,7 +366,8 @@ pub async fn a_reset_forgets_the_caller<B: RateBackend>(backend: B) {
 }
 
 /// Allow-at-most grants what is left, up to what was asked, under every
-/// algorithm and the tightest of several quotas; never more.
+/// algorithm and the tightest of several quotas; never more, and callers
+/// racing for the last units share exactly what there was.
 pub async fn allow_at_most_grants_what_is_left<B: RateBackend>(backend: B) {
     for algorithm in [
         Algorithm::FixedWindow,
@@ -380,15 +381,52 @@ pub async fn allow_at_most_grants_what_is_left<B: RateBackend>(backend: B) {
         let limiter = RateLimiter::new(backend.clone(), &scope, policy).expect("valid");
         let mut granted = Vec::new();
         for _ in 0..3 {
-            let (n, decision) = limiter.allow_at_most("ann", 3).await.expect("backend");
-            assert_eq!(decision.allowed, n > 0, "{algorithm:?}: {decision:?}");
-            granted.push(n);
+            let decision = limiter.allow_at_most("ann", 3).await.expect("backend");
+            assert_eq!(
+                decision.allowed,
+                decision.granted > 0,
+                "{algorithm:?}: {decision:?}"
+            );
+            granted.push(decision.granted);
         }
         assert_eq!(granted, [3, 2, 0], "{algorithm:?}");
+        let refused = limiter.allow_at_most("ann", 3).await.expect("backend");
+        assert!(
+            refused.retry_after > Duration::ZERO,
+            "{algorithm:?}: {refused:?}"
+        );
         assert!(
             !limiter.check("ann").await.expect("backend").allowed,
             "{algorithm:?}: more than the daily quota went out"
         );
+        let plain = limiter.check_cost("bob", 2).await.expect("backend");
+        assert_eq!(plain.granted, 2, "a plain check grants its cost");
+
+        // Eight callers race for 50 units, 3 at most each time: together
+        // they get exactly 50.
+        let one = Policy::new(algorithm).quota(Quota::per_hour(nz(50)));
+        let limiter =
+            RateLimiter::new(backend.clone(), format!("{scope}-race"), one).expect("valid");
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut total = 0;
+                    loop {
+                        let d = limiter.allow_at_most("shared", 3).await.expect("backend");
+                        if !d.allowed {
+                            return total;
+                        }
+                        total += d.granted;
+                    }
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for task in tasks {
+            total += task.await.expect("task");
+        }
+        assert_eq!(total, 50, "{algorithm:?}: the racing callers got {total}");
     }
 }
 

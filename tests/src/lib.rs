@@ -47,6 +47,20 @@ pub async fn redis_backend() -> (RedisServer, RedisBackend) {
     (server, backend)
 }
 
+/// How many `EVALSHA` calls the server behind `conn` has run
+/// (`INFO commandstats`): a count of script round trips.
+pub fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Polls `check` every 5 ms until it holds or `within` passes; says whether it held.
 pub async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::backend::{RedisBackend, RedisConfig};
 use lock_core::lock::{Lock, LockOptions};
-use lock_tests::{RedisServer, eventually};
+use lock_tests::{RedisServer, evalsha_calls, eventually};
 use redis::Commands;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -190,18 +190,6 @@ async fn every_key_written_has_a_ttl() {
     let ttl: i64 = conn.pttl("lock:{ttl}:lock:last").expect("PTTL");
     let remembered = i64::try_from(lock_core::lock::RELEASE_REMEMBERED.as_millis()).expect("ms");
     assert!(ttl > 0 && ttl <= remembered, "the latch's PTTL is {ttl}");
-}
-
-fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

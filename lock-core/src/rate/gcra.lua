@@ -1,13 +1,17 @@
 -- GCRA over several quotas, all or nothing, on Redis time.
 -- KEYS[i]: quota i's state, "<last us> <debt>": at Redis time <last us>
 -- the caller's theoretical arrival time was <debt> ticks ahead.
--- ARGV[1]: cost; ARGV[3i-1], ARGV[3i], ARGV[3i+1]: the emission interval
+-- ARGV[1]: cost (-n: at most n, as for the fixed window); ARGV[3i-1],
+-- ARGV[3i], ARGV[3i+1]: the emission interval
 -- (period / limit, rounded up to a whole tick) and the burst window, in
 -- ticks, and ticks per microsecond (1000: ticks are nanoseconds; 1: ticks
 -- are microseconds, for windows whose nanoseconds would not be exact in a
 -- Lua number). Every number here is an integer below 2^53, so exact.
--- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
+-- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us,
+-- cost decided}.
 local cost = tonumber(ARGV[1])
+local at_most = cost < 0
+if at_most then cost = -cost end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -24,7 +28,6 @@ local function micros(ticks, per_us)
 end
 
 local st = {}
-local allowed = 1
 for i = 1, #KEYS do
   local interval = tonumber(ARGV[3 * i - 1])
   local window = tonumber(ARGV[3 * i])
@@ -39,14 +42,22 @@ for i = 1, #KEYS do
       if debt < 0 then debt = 0 end
     end
   end
-  local after = debt + cost * interval
-  local retry = 0
-  if after > window then
-    allowed = 0
-    retry = after - window
+  st[i] = {interval = interval, window = window, per_us = per_us, debt = debt}
+  if at_most then
+    -- As many as the quota with the least room has room for.
+    cost = math.min(cost, div(window - debt, interval))
   end
-  st[i] = {interval = interval, window = window, per_us = per_us,
-           debt = debt, after = after, retry = retry}
+end
+if at_most then cost = math.max(cost, 1) end
+local allowed = 1
+for i = 1, #KEYS do
+  local s = st[i]
+  s.after = s.debt + cost * s.interval
+  s.retry = 0
+  if s.after > s.window then
+    allowed = 0
+    s.retry = s.after - s.window
+  end
 end
 local best
 for i = 1, #KEYS do
@@ -66,4 +77,4 @@ for i = 1, #KEYS do
 end
 local s = st[best]
 return {allowed, best - 1, div(s.window - s.debt, s.interval),
-        micros(s.debt, s.per_us), micros(s.retry, s.per_us)}
+        micros(s.debt, s.per_us), micros(s.retry, s.per_us), cost}

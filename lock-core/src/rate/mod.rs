@@ -71,6 +71,10 @@ pub struct Decision {
     pub quota: Quota,
     /// The deciding quota's position in the policy.
     pub quota_index: usize,
+    /// Units taken: the cost when allowed, 0 when refused; for
+    /// [`allow_at_most`](RateLimiter::allow_at_most), how many of the most
+    /// asked for.
+    pub granted: u32,
 }
 
 /// Where the in-memory backend keeps what it found for one limiter's scope
@@ -91,6 +95,11 @@ pub struct RateRequest<'a> {
     pub policy: &'a Policy,
     /// How much to take (0 looks).
     pub cost: u32,
+    /// Whether `cost` is the most to take: as many units as every quota
+    /// has room for, up to `cost` (allowed when at least one fits; a
+    /// refusal is decided as for one unit). The decision's
+    /// [`granted`](Decision::granted) says how many.
+    pub at_most: bool,
     pub(crate) memo: &'a Memo,
 }
 
@@ -192,6 +201,7 @@ impl<B: RateBackend> RateLimiter<B> {
             caller,
             policy: &shared.policy,
             cost,
+            at_most: false,
             memo: &shared.memo,
         })
     }
@@ -218,9 +228,15 @@ impl<B: RateBackend> RateLimiter<B> {
         caller: impl Into<Caller<'a>>,
         cost: u32,
     ) -> Result<Decision> {
+        self.decide(caller.into(), cost, false).await
+    }
+
+    /// One decision in a `rate.check` span (the scope, the caller, the
+    /// cost, and whether it was allowed).
+    async fn decide(&self, caller: Caller<'_>, cost: u32, at_most: bool) -> Result<Decision> {
         use tracing::Instrument;
-        let caller = caller.into();
-        let request = self.request(caller, cost)?;
+        let mut request = self.request(caller, cost)?;
+        request.at_most = at_most;
         let span = tracing::debug_span!(
             "rate.check",
             scope = self.scope.as_str(),
@@ -289,17 +305,12 @@ impl<B: RateBackend> RateLimiter<B> {
         self.backend.reset(&request).await
     }
 
-    /// Takes as many of `most` units as `caller` has left, all of them if
-    /// it can (go-redis/redis_rate's `AllowAtMost`): the number granted,
-    /// and the decision of the check that took them (or of the last
-    /// refusal, when none were left).
-    ///
-    /// Each check is atomic and all or nothing, so no quota is ever
-    /// exceeded. When fewer than `most` are left, a refusal says how many
-    /// remain and that many are taken by a second check: two round trips
-    /// on Redis. Another caller taking units in between can make it grant
-    /// fewer than were left (a few more checks, each asking for what the
-    /// last refusal said remains, and then 0).
+    /// Takes as many of `most` units as `caller` has room for under every
+    /// quota, all of them if it can (go-redis/redis_rate's `AllowAtMost`),
+    /// in one atomic decision (one script on Redis): allowed when at least
+    /// one unit fits, and [`granted`](Decision::granted) says how many
+    /// were taken. A refusal is decided as for one unit (its
+    /// [`retry_after`](Decision::retry_after) is when one fits).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -310,40 +321,24 @@ impl<B: RateBackend> RateLimiter<B> {
     ///
     /// let five = Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(5).unwrap()));
     /// let limiter = RateLimiter::new(MemoryBackend::new(), "emails", five)?;
-    /// assert_eq!(limiter.allow_at_most("newsletter", 3).await?.0, 3);
-    /// assert_eq!(limiter.allow_at_most("newsletter", 3).await?.0, 2);
-    /// let (granted, decision) = limiter.allow_at_most("newsletter", 3).await?;
-    /// assert_eq!(granted, 0);
-    /// assert!(!decision.allowed);
+    /// assert_eq!(limiter.allow_at_most("newsletter", 3).await?.granted, 3);
+    /// assert_eq!(limiter.allow_at_most("newsletter", 3).await?.granted, 2);
+    /// let none = limiter.allow_at_most("newsletter", 3).await?;
+    /// assert!(!none.allowed);
+    /// assert_eq!(none.granted, 0);
     /// # Ok(()) }
     /// ```
     ///
     /// # Errors
     /// As [`check`](Self::check). A `most` above the policy's
-    /// [`max_cost`](Policy::max_cost) asks for at most that.
+    /// [`max_cost`](Policy::max_cost) asks for at most that; 0 looks.
     pub async fn allow_at_most<'a>(
         &self,
         caller: impl Into<Caller<'a>>,
         most: u32,
-    ) -> Result<(u32, Decision)> {
-        let caller = caller.into();
-        let mut cost = most.min(self.shared.policy.max_cost());
-        // Each refusal asks for strictly less; one more check per quota
-        // covers a refusal that named a quota with more room than another.
-        let attempts = self.shared.policy.quotas().len() + 2;
-        let mut decision = self.check_cost(caller, cost).await?;
-        for _ in 1..attempts {
-            if decision.allowed || cost == 0 {
-                break;
-            }
-            cost = decision.remaining.min(cost - 1);
-            if cost == 0 {
-                break;
-            }
-            decision = self.check_cost(caller, cost).await?;
-        }
-        let granted = if decision.allowed { cost } else { 0 };
-        Ok((granted, decision))
+    ) -> Result<Decision> {
+        let most = most.min(self.shared.policy.max_cost());
+        self.decide(caller.into(), most, most > 0).await
     }
 
     /// Waits until `cost` units for `caller` are allowed, and takes them;
@@ -399,6 +394,7 @@ impl<B: RateBackend> RateLimiter<B> {
 
 /// Builds a decision from what a backend worked out.
 #[inline]
+#[allow(clippy::too_many_arguments)] // the fields of a decision, in order
 pub(crate) fn decision(
     policy: &Policy,
     allowed: bool,
@@ -406,6 +402,7 @@ pub(crate) fn decision(
     remaining: u64,
     reset: Duration,
     retry: Duration,
+    cost: u32,
 ) -> Decision {
     let index = index.min(policy.quotas().len() - 1);
     let quota = policy.quotas()[index].clone();
@@ -423,5 +420,6 @@ pub(crate) fn decision(
         },
         quota,
         quota_index: index,
+        granted: if allowed { cost } else { 0 },
     }
 }

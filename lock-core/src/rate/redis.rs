@@ -28,7 +28,11 @@ where
             Algorithm::Gcra => &*GCRA,
         };
         let mut invocation = script.call();
-        invocation.arg(request.cost);
+        if request.at_most {
+            invocation.arg(-i64::from(request.cost));
+        } else {
+            invocation.arg(request.cost);
+        }
         request.caller.write(|caller| {
             let scope = request.scope.as_str();
             for suffix in policy.suffixes() {
@@ -48,7 +52,7 @@ where
                 }
             }
         }
-        let (allowed, index, remaining, reset_us, retry_us): (i64, i64, i64, i64, i64) =
+        let (allowed, index, remaining, reset_us, retry_us, cost): (i64, i64, i64, i64, i64, i64) =
             self.invoke(invocation).await?;
         let index = usize::try_from(index)
             .ok()
@@ -62,6 +66,7 @@ where
             u64::try_from(remaining).unwrap_or(0),
             micros(reset_us),
             micros(retry_us),
+            u32::try_from(cost).unwrap_or(0),
         ))
     }
 

@@ -2,9 +2,13 @@
 -- Redis time; the previous window counts in proportion to its overlap with
 -- the last period.
 -- KEYS[i]: hash {w = window index, c = current count, p = previous count}.
--- ARGV[1]: cost; ARGV[2i], ARGV[2i+1]: limit, period in ms.
--- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us}.
+-- ARGV[1]: cost (-n: at most n, as for the fixed window); ARGV[2i],
+-- ARGV[2i+1]: limit, period in ms.
+-- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us,
+-- cost decided}.
 local cost = tonumber(ARGV[1])
+local at_most = cost < 0
+if at_most then cost = -cost end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if #KEYS == 1 then
@@ -22,6 +26,9 @@ if #KEYS == 1 then
     c, p = 0, c
   end
   local est = p * (period - elapsed) / period + c
+  if at_most then
+    cost = math.max(math.min(cost, math.floor(limit - est + 1e-9)), 1)
+  end
   local allowed, retry = 1, 0
   if est + cost > limit + 1e-9 then
     allowed = 0
@@ -45,10 +52,9 @@ if #KEYS == 1 then
   elseif p > 0 then
     reset = period - elapsed
   end
-  return {allowed, 0, remaining, reset * 1000, retry * 1000}
+  return {allowed, 0, remaining, reset * 1000, retry * 1000, cost}
 end
 local st = {}
-local allowed = 1
 for i = 1, #KEYS do
   local limit, period = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
   local win = math.floor(now / period)
@@ -61,6 +67,18 @@ for i = 1, #KEYS do
     c, p = 0, c
   end
   local est = p * (period - elapsed) / period + c
+  st[i] = {limit = limit, period = period, win = win, elapsed = elapsed,
+           c = c, p = p, est = est, retry = 0}
+  if at_most then
+    -- As many as the quota with the least room has room for.
+    cost = math.min(cost, math.floor(limit - est + 1e-9))
+  end
+end
+if at_most then cost = math.max(cost, 1) end
+local allowed = 1
+for i = 1, #KEYS do
+  local s = st[i]
+  local limit, period, elapsed, c, p, est = s.limit, s.period, s.elapsed, s.c, s.p, s.est
   local retry = 0
   if est + cost > limit + 1e-9 then
     allowed = 0
@@ -72,8 +90,7 @@ for i = 1, #KEYS do
     end
     if retry < 1 then retry = 1 end
   end
-  st[i] = {limit = limit, period = period, win = win, elapsed = elapsed,
-           c = c, p = p, est = est, retry = retry}
+  s.retry = retry
 end
 local best
 for i = 1, #KEYS do
@@ -99,4 +116,4 @@ if s.c > 0 then
 elseif s.p > 0 then
   reset = s.period - s.elapsed
 end
-return {allowed, best - 1, remaining, reset * 1000, s.retry * 1000}
+return {allowed, best - 1, remaining, reset * 1000, s.retry * 1000, cost}

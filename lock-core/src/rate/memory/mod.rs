@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 
 use self::keyed::{QuotaLimiter, decide_all};
 use self::table::Table;
+use super::caller::CallerKey;
 use super::gcra::Step;
 use super::{Algorithm, Decision, Policy, RateBackend, RateRequest, decision};
 use crate::backend::MemoryBackend;
@@ -149,32 +150,43 @@ impl RateState {
         match &binding.0 {
             // One quota that no policy of several quotas shares: governor
             // alone decides, with no lock of ours.
-            Bound::Gcra(limiter) if !limiter.is_shared() => {
+            Bound::Gcra(limiter) if !limiter.is_shared() && !request.at_most => {
                 let step = limiter.decide(&request.caller.to_key(), request.cost);
                 let remaining = limiter.gcra().remaining(step.debt);
-                gcra_decision(request.policy, 0, &step, remaining)
+                gcra_decision(request.policy, 0, &step, remaining, request.cost)
             }
             bound => self.decide_other(request, bound),
         }
     }
 
-    /// [`decide`](Self::decide) for windows and for GCRA quotas that
-    /// policies of several quotas share.
+    /// [`decide`](Self::decide) for windows, for GCRA quotas that
+    /// policies of several quotas share, and for at most a cost.
     fn decide_other(&self, request: &RateRequest<'_>, bound: &Bound) -> Decision {
-        let (policy, cost) = (request.policy, request.cost);
+        let (policy, at_most) = (request.policy, request.at_most);
         let key = request.caller.to_key();
+        // As many as `room` allows, up to the request's cost, with at most.
+        let fit = |room: u64| match at_most {
+            true => u32::try_from(room.min(u64::from(request.cost)))
+                .unwrap_or(request.cost)
+                .max(1),
+            false => request.cost,
+        };
         match bound {
             Bound::Gcra(limiter) => {
-                let step = {
+                let (step, cost) = {
                     let _caller = self.stripe(request.scope, &key).lock();
-                    limiter.decide(&key, cost)
+                    decide_one(limiter, &key, fit)
                 };
-                gcra_decision(policy, 0, &step, limiter.gcra().remaining(step.debt))
+                gcra_decision(policy, 0, &step, limiter.gcra().remaining(step.debt), cost)
             }
             Bound::SeveralGcra(limiters) => {
-                let steps = {
+                let (steps, cost) = {
                     let _caller = self.stripe(request.scope, &key).lock();
-                    decide_all(limiters, &key, cost)
+                    let cost = match at_most {
+                        true => fit(room_of_all(limiters, &key)),
+                        false => request.cost,
+                    };
+                    (decide_all(limiters, &key, cost), cost)
                 };
                 let allowed = steps.iter().all(|s| s.allowed);
                 let remaining: Vec<u64> = limiters
@@ -194,11 +206,14 @@ impl RateState {
                     allowed,
                     ..steps[index]
                 };
-                gcra_decision(policy, index, &step, remaining[index])
+                gcra_decision(policy, index, &step, remaining[index], cost)
             }
             Bound::Windows => {
                 let now_us = self.clock.now_ns() / 1000;
-                let outcome = self.table.decide(request.scope, &key, policy, cost, now_us);
+                let asked = (request.cost, at_most);
+                let outcome = self
+                    .table
+                    .decide(request.scope, &key, policy, asked, now_us);
                 decision(
                     policy,
                     outcome.allowed,
@@ -206,6 +221,7 @@ impl RateState {
                     outcome.remaining,
                     outcome.reset,
                     outcome.retry,
+                    outcome.cost,
                 )
             }
         }
@@ -223,8 +239,46 @@ fn first_by(values: &[u64], better: impl Fn(&u64, &u64) -> bool) -> usize {
     best
 }
 
+/// Decides on one GCRA quota the cost `fit` makes of the caller's room
+/// (the request's cost, or as many as fit): a try that finds the room
+/// taken meanwhile (governor decides one-quota policies without our lock)
+/// tries again with what is left. Each try is all or nothing, so nothing
+/// is granted past the quota. Says the step and the cost decided.
+fn decide_one(limiter: &QuotaLimiter, key: &CallerKey, fit: impl Fn(u64) -> u32) -> (Step, u32) {
+    const TRIES: usize = 8;
+    let mut cost = 0;
+    for _ in 0..TRIES {
+        let room = limiter.gcra().remaining(limiter.decide(key, 0).debt);
+        let wanted = fit(room);
+        let step = limiter.decide(key, wanted);
+        if step.allowed || wanted == cost || wanted <= 1 {
+            return (step, wanted);
+        }
+        cost = wanted;
+    }
+    (limiter.decide(key, 1), 1)
+}
+
+/// The units every quota of `limiters` has room for, for `key` (under the
+/// caller's lock).
+fn room_of_all(limiters: &[Arc<QuotaLimiter>], key: &CallerKey) -> u64 {
+    let looked = decide_all(limiters, key, 0);
+    limiters
+        .iter()
+        .zip(&looked)
+        .map(|(limiter, step)| limiter.gcra().remaining(step.debt))
+        .min()
+        .unwrap_or(0)
+}
+
 #[inline]
-fn gcra_decision(policy: &Policy, index: usize, step: &Step, remaining: u64) -> Decision {
+fn gcra_decision(
+    policy: &Policy,
+    index: usize,
+    step: &Step,
+    remaining: u64,
+    cost: u32,
+) -> Decision {
     decision(
         policy,
         step.allowed,
@@ -232,6 +286,7 @@ fn gcra_decision(policy: &Policy, index: usize, step: &Step, remaining: u64) -> 
         remaining,
         Duration::from_nanos(step.debt),
         Duration::from_nanos(step.retry),
+        cost,
     )
 }
 

@@ -100,14 +100,15 @@ impl Table {
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
     }
 
-    /// Decides `cost` for `caller` under every quota of `policy` at
-    /// `now_us` (Unix microseconds), and stores what changed.
+    /// Decides `cost` (with `at_most`, up to `cost`: see [`window::run`])
+    /// for `caller` under every quota of `policy` at `now_us` (Unix
+    /// microseconds), and stores what changed.
     pub(super) fn decide(
         &self,
         scope: &Name,
         caller: &CallerKey,
         policy: &Policy,
-        cost: u32,
+        (cost, at_most): (u32, bool),
         now_us: u64,
     ) -> Outcome {
         let mut shard = self.shard(scope, caller).lock();
@@ -125,14 +126,21 @@ impl Table {
                 drop(shard);
                 let overflow = overflow();
                 let mut shard = self.shard(scope, &overflow).lock();
-                return decide_in(&mut shard, scope, &overflow, policy, cost, now_us);
+                return decide_in(
+                    &mut shard,
+                    scope,
+                    &overflow,
+                    policy,
+                    (cost, at_most),
+                    now_us,
+                );
             }
         }
         shard.decisions += 1;
         if shard.decisions.is_multiple_of(SWEEP_EVERY) {
             self.sweep(&mut shard, now_us);
         }
-        decide_in(&mut shard, scope, caller, policy, cost, now_us)
+        decide_in(&mut shard, scope, caller, policy, (cost, at_most), now_us)
     }
 
     /// Forgets `caller` under every quota of `policy`.
@@ -169,7 +177,7 @@ fn decide_in(
     scope: &Name,
     caller: &CallerKey,
     policy: &Policy,
-    cost: u32,
+    (cost, at_most): (u32, bool),
     now_us: u64,
 ) -> Outcome {
     let probe = |suffix| Probe {
@@ -188,7 +196,7 @@ fn decide_in(
                 .copied()
         })
         .collect();
-    let outcome = window::run(policy, &slots, cost, now_us);
+    let outcome = window::run(policy, &slots, cost, at_most, now_us);
     for (suffix, write) in policy.suffixes().iter().zip(&outcome.writes) {
         let Some(entry) = *write else { continue };
         match shard.entries.get_mut(&probe(suffix)) {
@@ -224,13 +232,13 @@ mod tests {
         let scope = Name::new("scope").unwrap();
         let policy = hourly(Algorithm::FixedWindow, 2);
         let known = CallerKey::Text("known".into());
-        assert!(table.decide(&scope, &known, &policy, 2, 0).allowed);
+        assert!(table.decide(&scope, &known, &policy, (2, false), 0).allowed);
         for i in 0..10_000 {
-            table.decide(&scope, &CallerKey::V4(i), &policy, 1, 1);
+            table.decide(&scope, &CallerKey::V4(i), &policy, (1, false), 1);
         }
         // The cap, plus the overflow caller's entry.
         assert!(table.len() <= 1001, "{} entries", table.len());
-        assert!(!table.decide(&scope, &known, &policy, 1, 2).allowed);
+        assert!(!table.decide(&scope, &known, &policy, (1, false), 2).allowed);
     }
 
     /// Expired entries are swept as the table goes, and the memory they
@@ -247,7 +255,7 @@ mod tests {
             .unwrap(),
         );
         for i in 0..20_000 {
-            table.decide(&scope, &CallerKey::V4(i), &policy, 1, 0);
+            table.decide(&scope, &CallerKey::V4(i), &policy, (1, false), 0);
         }
         // One caller per shard, so that every shard sweeps whatever the
         // number of shards this machine's cores give.
@@ -267,7 +275,7 @@ mod tests {
         }
         for caller in &callers {
             for _ in 0..SWEEP_EVERY {
-                table.decide(&scope, caller, &policy, 1, later);
+                table.decide(&scope, caller, &policy, (1, false), later);
             }
         }
         assert!(

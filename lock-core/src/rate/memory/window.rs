@@ -39,15 +39,55 @@ pub(super) struct Outcome {
     pub(super) retry: Duration,
     /// The entry to store for each quota, in order (`None`: leave it).
     pub(super) writes: Vec<Option<Entry>>,
+    /// The cost decided: the one asked for, or for at most a cost, as many
+    /// as every quota had room for (at least one).
+    pub(super) cost: u32,
 }
 
-/// Runs the policy's window algorithm over the live state of each quota.
-pub(super) fn run(policy: &Policy, slots: &[Option<Entry>], cost: u32, now_us: u64) -> Outcome {
-    let cost = u64::from(cost);
-    match policy.algorithm() {
+/// Runs the policy's window algorithm over the live state of each quota,
+/// for `cost`, or with `at_most`, for as many units up to `cost` as every
+/// quota has room for (one when none has, to be refused as one would).
+pub(super) fn run(
+    policy: &Policy,
+    slots: &[Option<Entry>],
+    cost: u32,
+    at_most: bool,
+    now_us: u64,
+) -> Outcome {
+    let cost = if at_most {
+        room(policy, slots, now_us).min(u64::from(cost)).max(1)
+    } else {
+        u64::from(cost)
+    };
+    let mut outcome = match policy.algorithm() {
         Algorithm::SlidingWindow => sliding_window(policy, slots, cost, now_us),
         _ => fixed_window(policy, slots, cost, now_us),
-    }
+    };
+    outcome.cost = u32::try_from(cost).unwrap_or(u32::MAX);
+    outcome
+}
+
+/// The units every quota has room for now.
+fn room(policy: &Policy, slots: &[Option<Entry>], now_us: u64) -> u64 {
+    let room = policy.quotas().iter().zip(slots).map(|(quota, slot)| {
+        let limit = u64::from(quota.limit());
+        match policy.algorithm() {
+            Algorithm::SlidingWindow => {
+                let seen = Seen::of(quota.period_ms(), slot, now_us / 1000);
+                (f64::from(quota.limit()) - seen.estimate + 1e-9)
+                    .floor()
+                    .max(0.0) as u64
+            }
+            _ => match slot {
+                Some(Entry {
+                    slot: Slot::Count(count),
+                    ..
+                }) => limit.saturating_sub(*count),
+                _ => limit,
+            },
+        }
+    });
+    room.min().unwrap_or(0)
 }
 
 /// Whole milliseconds, as Redis keeps TTLs, rounded up.
@@ -95,6 +135,7 @@ fn fixed_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now: u64) -
             reset: ms_ceil(ttl),
             retry: Duration::ZERO,
             writes,
+            cost: 0,
         }
     } else {
         let best = first_max(state.iter().map(
@@ -110,6 +151,7 @@ fn fixed_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now: u64) -
             reset: ms_ceil(ttl),
             retry: ms_ceil(ttl),
             writes: Vec::new(),
+            cost: 0,
         }
     }
 }
@@ -125,16 +167,21 @@ struct Sliding {
     retry: u64,
 }
 
-fn sliding_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now_us: u64) -> Outcome {
-    // Windows are whole periods of Unix time in milliseconds, as on Redis.
-    let now = now_us / 1000;
-    let mut state: Vec<Sliding> = Vec::with_capacity(slots.len());
-    let mut allowed = true;
-    for (quota, slot) in policy.quotas().iter().zip(slots) {
-        let period = quota.period_ms();
-        let limit = f64::from(quota.limit());
-        let window = now / period;
-        let elapsed = now - window * period;
+/// A sliding window's state as seen at one time: the window now, how far
+/// into it, the counts of it and of the one before, and the estimate.
+struct Seen {
+    window: u64,
+    elapsed: u64,
+    current: u64,
+    previous: u64,
+    estimate: f64,
+}
+
+impl Seen {
+    /// Windows are whole periods of Unix time in milliseconds, as on Redis.
+    fn of(period: u64, slot: &Option<Entry>, now_ms: u64) -> Seen {
+        let window = now_ms / period;
+        let elapsed = now_ms - window * period;
         let (current, previous) = match slot.map(|e| e.slot) {
             Some(Slot::Sliding {
                 window: w,
@@ -146,8 +193,33 @@ fn sliding_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now_us: u
             }) if w + 1 == window => (0, current),
             _ => (0, 0),
         };
+        let periodf = period as f64;
+        let estimate = previous as f64 * (periodf - elapsed as f64) / periodf + current as f64;
+        Seen {
+            window,
+            elapsed,
+            current,
+            previous,
+            estimate,
+        }
+    }
+}
+
+fn sliding_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now_us: u64) -> Outcome {
+    let now = now_us / 1000;
+    let mut state: Vec<Sliding> = Vec::with_capacity(slots.len());
+    let mut allowed = true;
+    for (quota, slot) in policy.quotas().iter().zip(slots) {
+        let period = quota.period_ms();
+        let limit = f64::from(quota.limit());
+        let Seen {
+            window,
+            elapsed,
+            current,
+            previous,
+            estimate,
+        } = Seen::of(period, slot, now);
         let (p, c, costf, periodf) = (previous as f64, current as f64, cost as f64, period as f64);
-        let estimate = p * (periodf - elapsed as f64) / periodf + c;
         let mut retry = 0;
         if estimate + costf > limit + 1e-9 {
             allowed = false;
@@ -216,6 +288,7 @@ fn sliding_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now_us: u
         reset: Duration::from_millis(reset),
         retry: Duration::from_millis(s.retry),
         writes,
+        cost: 0,
     }
 }
 
