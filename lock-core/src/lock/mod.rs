@@ -96,6 +96,8 @@ mod read_write;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
+mod redis_waiter;
+#[cfg(feature = "redis")]
 mod redlock;
 mod reentrant;
 mod scoped;
@@ -116,7 +118,7 @@ pub use self::options::{
 };
 pub use self::read_write::ReadWriteLock;
 #[cfg(feature = "redis")]
-pub use self::redis::RedisWaiter;
+pub use self::redis_waiter::RedisWaiter;
 #[cfg(feature = "redis")]
 pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock, RedlockWaiter};
 pub use self::reentrant::{Owner, ReentrantLock};

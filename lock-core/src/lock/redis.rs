@@ -3,15 +3,15 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use rand::Rng;
 use redis::aio::ConnectionLike;
 
+use super::redis_waiter::RedisWaiter;
 use super::{
-    AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Handoff, Kind, LockBackend, LockState,
-    RELEASE_REMEMBERED, ReleaseWaiter,
+    AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Kind, LockBackend, LockState,
+    RELEASE_REMEMBERED,
 };
+use crate::backend::RedisBackend;
 use crate::backend::script::{Invocation, LuaScript, lua_script};
-use crate::backend::{RedisBackend, Subscription};
 use crate::error::{Error, Result};
 use crate::name::Name;
 
@@ -398,100 +398,6 @@ where
             Kind::Fair => format!("{}{token}", self.fair_channel_prefix(name)),
             _ => self.lock_keys(kind, name).channel,
         };
-        RedisWaiter {
-            subscription: self.subscription(channel),
-            polling: true,
-            fair: kind == Kind::Fair,
-        }
-    }
-}
-
-/// Waits for a release announced on the lock's pub/sub channel; polls (with
-/// jitter) when there is no subscriber or it cannot be reached.
-pub struct RedisWaiter {
-    subscription: Option<Subscription>,
-    polling: bool,
-    /// Only a fair lock's scripts hand a lock over.
-    fair: bool,
-}
-
-impl std::fmt::Debug for RedisWaiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisWaiter")
-            .field("polling", &self.polling)
-            .field("fair", &self.fair)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Poll period when pub/sub is not available.
-const POLL: Duration = Duration::from_millis(50);
-
-/// `min(max, period ± 50%)`, drawn at random.
-pub(super) fn jittered(max: Duration, period: Duration) -> Duration {
-    let half = u64::try_from(period.as_micros() / 2).unwrap_or(u64::MAX);
-    let jitter = rand::rng().random_range(0..=2 * half);
-    max.min(Duration::from_micros(half.saturating_add(jitter)))
-}
-
-impl RedisWaiter {
-    /// Whether the last [`arm`](ReleaseWaiter::arm) subscribed to the
-    /// channel, so that a release from then on wakes [`released`](Self::released).
-    pub(super) fn armed(&self) -> bool {
-        !self.polling
-    }
-
-    /// [`arm`](ReleaseWaiter::arm) bounded by `timeout`; past it, the waiter
-    /// counts as not armed. Says whether it is armed.
-    pub(super) async fn arm_within(&mut self, timeout: Duration) -> bool {
-        if tokio::time::timeout(timeout, self.arm()).await.is_err() {
-            self.polling = true;
-        }
-        self.armed()
-    }
-
-    /// Waits for a release message (or a reconnect of the subscriber); never
-    /// returns when the waiter is not [`armed`](Self::armed).
-    pub(super) async fn released(&mut self) {
-        match self.subscription.as_mut() {
-            Some(subscription) if !self.polling => subscription.changed().await,
-            _ => std::future::pending().await,
-        }
-    }
-}
-
-impl ReleaseWaiter for RedisWaiter {
-    async fn arm(&mut self) {
-        self.polling = match self.subscription.as_mut() {
-            Some(subscription) => match subscription.ensure().await {
-                Ok(()) => false,
-                Err(error) => {
-                    tracing::debug!(%error, "lock wake-ups unavailable, polling");
-                    true
-                }
-            },
-            None => true,
-        };
-    }
-
-    async fn wait(&mut self, max: Duration) {
-        if self.armed() {
-            let _ = tokio::time::timeout(max, self.released()).await;
-        } else {
-            tokio::time::sleep(jittered(max, POLL)).await;
-        }
-    }
-
-    fn handed_over(&self, after: u64) -> Option<Handoff> {
-        if !self.fair {
-            return None;
-        }
-        let handed = self.subscription.as_ref()?.handed()?;
-        if handed.number <= after {
-            return None;
-        }
-        let fence = handed.fence;
-        // The scripts' `hand_over` sets the lock for at most the claim.
-        Some(Handoff::new((fence != 0).then_some(fence), HANDOFF_CLAIM))
+        RedisWaiter::new(self.subscription(channel), kind == Kind::Fair)
     }
 }

@@ -8,7 +8,7 @@ use futures_util::future::{Either, join_all};
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::redis::{RedisWaiter, jittered};
+use super::redis_waiter::{RedisWaiter, jittered};
 use super::{AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{BackendError, Error, Result};
