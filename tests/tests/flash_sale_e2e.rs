@@ -19,11 +19,31 @@ async fn shop(redis: Option<&RedisServer>) -> Shop {
     }
 }
 
-async fn two_thousand_buyers_get_exactly_the_stock(framework: Framework, redis: bool) {
+/// A shop served by `framework` on a free port, on memory or on a Redis
+/// of its own, and a client for it.
+struct Started {
+    running: RunningServer,
+    base: String,
+    client: TestClient,
+    /// Kept until the test ends.
+    _redis: Option<RedisServer>,
+}
+
+async fn start(framework: Framework, redis: bool) -> Started {
     let server = redis.then(RedisServer::start);
     let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
         .await
         .expect("start");
+    Started {
+        base: format!("http://{}", running.addr()),
+        running,
+        client: TestClient::new(),
+        _redis: server,
+    }
+}
+
+async fn two_thousand_buyers_get_exactly_the_stock(framework: Framework, redis: bool) {
+    let Started { running, .. } = &start(framework, redis).await;
     let options = Options {
         buyers: 2000,
         stock: 100,
@@ -56,12 +76,7 @@ async fn two_thousand_buyers_get_exactly_the_stock(framework: Framework, redis: 
 }
 
 async fn retries_never_buy_twice_and_429s_carry_headers(framework: Framework, redis: bool) {
-    let server = redis.then(RedisServer::start);
-    let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
-        .await
-        .expect("start");
-    let base = format!("http://{}", running.addr());
-    let client = TestClient::new();
+    let Started { base, client, .. } = &start(framework, redis).await;
     let put = client
         .send("PUT", &format!("{base}/items/cap?stock=5"), &[])
         .await;
@@ -108,12 +123,7 @@ async fn retries_never_buy_twice_and_429s_carry_headers(framework: Framework, re
 }
 
 async fn an_expired_reservation_returns_its_stock(framework: Framework, redis: bool) {
-    let server = redis.then(RedisServer::start);
-    let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
-        .await
-        .expect("start");
-    let base = format!("http://{}", running.addr());
-    let client = TestClient::new();
+    let Started { base, client, .. } = &start(framework, redis).await;
     client
         .send("PUT", &format!("{base}/items/seat?stock=1"), &[])
         .await;
@@ -190,12 +200,7 @@ async fn an_expired_reservation_returns_its_stock(framework: Framework, redis: b
 /// reservation without a usable `x-user-id` or `x-order-id` is a 400 that
 /// says why.
 async fn malformed_requests_get_no_5xx(framework: Framework, redis: bool) {
-    let server = redis.then(RedisServer::start);
-    let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
-        .await
-        .expect("start");
-    let base = format!("http://{}", running.addr());
-    let client = TestClient::new();
+    let Started { base, client, .. } = &start(framework, redis).await;
     client
         .send("PUT", &format!("{base}/items/tee?stock=50"), &[])
         .await;
@@ -287,12 +292,7 @@ async fn malformed_requests_get_no_5xx(framework: Framework, redis: bool) {
 /// A client that makes up a new `x-user-id` for every reservation is still
 /// limited by its address.
 async fn made_up_users_are_limited_by_address(framework: Framework, redis: bool) {
-    let server = redis.then(RedisServer::start);
-    let running = RunningServer::start(framework, shop(server.as_ref()).await, 0)
-        .await
-        .expect("start");
-    let base = format!("http://{}", running.addr());
-    let client = TestClient::new();
+    let Started { base, client, .. } = &start(framework, redis).await;
     client
         .send("PUT", &format!("{base}/items/lot?stock=1000"), &[])
         .await;
