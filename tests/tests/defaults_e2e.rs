@@ -38,6 +38,21 @@ fn slow(hold: Duration) -> axum::routing::MethodRouter {
     })
 }
 
+/// Two requests to `url`, the second while the first holds the lock: the
+/// first carries the rate-limit fields, the lock's refusal of the second
+/// carries none.
+async fn a_lock_refusal_has_no_rate_fields(client: &TestClient, url: &str) {
+    let (first, second) = tokio::join!(client.get(url, &[]), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client.get(url, &[]).await
+    });
+    assert_eq!(first.status, StatusCode::OK);
+    assert!(first.header("ratelimit").starts_with("\"default\";r="));
+    assert_eq!(second.status, StatusCode::LOCKED);
+    assert_eq!(second.header("ratelimit"), "", "{second:?}");
+    assert_eq!(second.header("ratelimit-policy"), "");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_key_waits_by_default_and_is_served_after() {
     let layer = LockLayer::new(MemoryBackend::new(), GlobalKey::new());
@@ -72,16 +87,7 @@ async fn a_lock_refusal_carries_no_rate_limit_fields() {
         .layer(limit);
     let server = TestServer::start(app).await;
     let client = TestClient::new();
-    let url = server.url("/");
-    let (first, second) = tokio::join!(client.get(&url, &[]), async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        client.get(&url, &[]).await
-    });
-    assert_eq!(first.status, StatusCode::OK);
-    assert!(first.header("ratelimit").starts_with("\"default\";r="));
-    assert_eq!(second.status, StatusCode::LOCKED);
-    assert_eq!(second.header("ratelimit"), "", "{second:?}");
-    assert_eq!(second.header("ratelimit-policy"), "");
+    a_lock_refusal_has_no_rate_fields(&client, &server.url("/")).await;
 
     // The same on actix-web.
     use actix_web::{HttpResponse, web};
@@ -105,15 +111,7 @@ async fn a_lock_refusal_carries_no_rate_limit_fields() {
                 }),
             )
     });
-    let url = format!("http://{addr}/");
-    let (first, second) = tokio::join!(client.get(&url, &[]), async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        client.get(&url, &[]).await
-    });
-    assert_eq!(first.status, StatusCode::OK);
-    assert!(first.header("ratelimit").starts_with("\"default\";r="));
-    assert_eq!(second.status, StatusCode::LOCKED);
-    assert_eq!(second.header("ratelimit"), "", "{second:?}");
+    a_lock_refusal_has_no_rate_fields(&client, &format!("http://{addr}/")).await;
 }
 
 /// With Redis paused, a rate limit built with its defaults still decides
