@@ -118,9 +118,9 @@ pub use self::options::{
 };
 pub use self::read_write::ReadWriteLock;
 #[cfg(feature = "redis")]
-pub use self::redis_waiter::RedisWaiter;
+pub use self::redis_waiter::{RedisWaiter, RedlockWaiter};
 #[cfg(feature = "redis")]
-pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock, RedlockWaiter};
+pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock};
 pub use self::reentrant::{Owner, ReentrantLock};
 pub use self::semaphore::Semaphore;
 use crate::error::Result;

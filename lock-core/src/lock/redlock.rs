@@ -8,8 +8,8 @@ use futures_util::future::{Either, join_all};
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::redis_waiter::{RedisWaiter, jittered};
-use super::{AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter};
+use super::redis_waiter::RedlockWaiter;
+use super::{AcquireRequest, Attempt, Kind, LockBackend, LockState};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{BackendError, Error, Result};
 use crate::name::Name;
@@ -405,65 +405,17 @@ impl LockBackend for Redlock {
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedlockWaiter {
-        RedlockWaiter {
-            delay: self.retry_delay,
-            arm_timeout: self.per_server_timeout,
-            servers: self
-                .servers
+        RedlockWaiter::new(
+            self.retry_delay,
+            self.per_server_timeout,
+            self.servers
                 .iter()
                 .map(|server| server.waiter(kind, name, token))
                 .collect(),
-        }
+        )
     }
 
     fn clock_drift(&self, lease: Duration) -> Duration {
         lease / 100 + Duration::from_millis(2)
-    }
-}
-
-/// Waits for a Redlock to be released: woken by the release message of any
-/// server (each server's shared pub/sub subscriber), and never waiting
-/// longer than a random delay around the retry delay, so a lost message or
-/// an attempt that lost a race costs one delay at most, and competing
-/// clients do not retry in lockstep.
-///
-/// A server whose subscriber cannot be reached within the per-server
-/// timeout is left out for the rest of that wait for the lock; the others
-/// still wake it. Servers wrapped without a subscriber
-/// ([`RedisBackend::from_connection`]) never wake it: with none, a waiter
-/// just waits out the delay.
-pub struct RedlockWaiter {
-    delay: Duration,
-    arm_timeout: Duration,
-    /// The servers whose release messages still wake this waiter; one that
-    /// fails to arm is dropped (and its channel left).
-    servers: Vec<RedisWaiter>,
-}
-
-impl std::fmt::Debug for RedlockWaiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedlockWaiter")
-            .field("delay", &self.delay)
-            .field("listening_to", &self.servers.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl ReleaseWaiter for RedlockWaiter {
-    async fn arm(&mut self) {
-        let timeout = self.arm_timeout;
-        join_all(self.servers.iter_mut().map(|s| s.arm_within(timeout))).await;
-        self.servers.retain(RedisWaiter::armed);
-    }
-
-    async fn wait(&mut self, max: Duration) {
-        let bound = jittered(max, self.delay);
-        let mut released: FuturesUnordered<_> =
-            self.servers.iter_mut().map(RedisWaiter::released).collect();
-        if released.is_empty() {
-            tokio::time::sleep(bound).await;
-        } else {
-            let _ = tokio::time::timeout(bound, released.next()).await;
-        }
     }
 }
