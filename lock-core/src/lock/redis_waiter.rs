@@ -122,8 +122,10 @@ impl ReleaseWaiter for RedisWaiter {
 /// A server whose subscriber cannot be reached within the per-server
 /// timeout is left out for the rest of that wait for the lock; the others
 /// still wake it. Servers wrapped without a subscriber
-/// ([`RedisBackend::from_connection`](crate::backend::RedisBackend::from_connection)) never wake it: with none, a waiter
+/// ([`RedisBackend::from_connection`]) never wake it: with none, a waiter
 /// just waits out the delay.
+///
+/// [`RedisBackend::from_connection`]: crate::backend::RedisBackend::from_connection
 pub struct RedlockWaiter {
     delay: Duration,
     arm_timeout: Duration,
