@@ -298,20 +298,14 @@ async fn two_lock_configurations_in_one_router() {
     });
     assert_eq!((a.status, b.status), (StatusCode::OK, StatusCode::LOCKED));
     // Tokens grow from one holder to the next.
-    let first: u64 = pay("4", "dan")
-        .await
-        .text()
-        .trim_start_matches("Some(")
-        .trim_end_matches(')')
-        .parse()
-        .expect("a token");
-    let second: u64 = pay("4", "dan")
-        .await
-        .text()
-        .trim_start_matches("Some(")
-        .trim_end_matches(')')
-        .parse()
-        .expect("a token");
+    let token = |text: String| -> u64 {
+        let number = text.trim_start_matches("Some(").trim_end_matches(')');
+        number
+            .parse()
+            .unwrap_or_else(|_| panic!("a token, not {text:?}"))
+    };
+    let first = token(pay("4", "dan").await.text());
+    let second = token(pay("4", "dan").await.text());
     assert!(second > first, "{first} then {second}");
 }
 
