@@ -70,7 +70,8 @@ fn unix_ns(time: SystemTime) -> u64 {
 pub(crate) enum Clock {
     System {
         clock: quanta::Clock,
-        base: quanta::Instant,
+        /// The clock's raw reading when the backend was made.
+        base: u64,
         base_unix_ns: u64,
     },
     Manual(ManualClock),
@@ -80,7 +81,7 @@ impl Default for Clock {
     fn default() -> Self {
         let clock = quanta::Clock::new();
         Clock::System {
-            base: clock.now(),
+            base: clock.raw(),
             base_unix_ns: unix_ns(SystemTime::now()),
             clock,
         }
@@ -106,8 +107,8 @@ impl Clock {
                 base,
                 base_unix_ns,
             } => {
-                let elapsed = clock.now().saturating_duration_since(*base).as_nanos();
-                base_unix_ns.saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
+                // In nanoseconds throughout: no `Duration` on every decision.
+                base_unix_ns.saturating_add(clock.delta_as_nanos(*base, clock.raw()))
             }
             Clock::Manual(manual) => manual.unix_ns.load(Ordering::SeqCst),
         }
