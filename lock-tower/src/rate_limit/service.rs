@@ -10,7 +10,7 @@ use lock_core::rate::RateBackend;
 use tower::Service;
 
 use super::RateVerdict as Verdict;
-use super::decide::{Limit, Start};
+use super::decide::{Limit, Now, Start};
 use super::future::ResponseFuture;
 use crate::key::{KeyExtractor, RequestParts};
 
@@ -42,6 +42,31 @@ impl<S, B, K> RateLimit<S, B, K> {
     pub(super) fn new(inner: S, limit: Arc<Limit<B, K>>) -> Self {
         RateLimit { inner, limit }
     }
+
+    /// The future of a request decided at once other than allowed
+    /// quietly. Kept out of line: inlined, its paths make the compiler
+    /// build the quiet path's future apart and copy it into place.
+    #[inline(never)]
+    fn settled<ReqBody>(
+        &mut self,
+        request: Request<ReqBody>,
+        now: Now,
+    ) -> ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+        B: RateBackend,
+        K: KeyExtractor,
+    {
+        match self.limit.settle(now) {
+            Verdict::Allow(decision) => {
+                let fields = decision.and_then(|decision| self.limit.fields(&decision));
+                ResponseFuture::calling(self.inner.call(request), fields)
+            }
+            Verdict::Limited { response, .. } | Verdict::Respond(response) => {
+                ResponseFuture::ready(response)
+            }
+        }
+    }
 }
 
 impl<S, B, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, B, K>
@@ -66,17 +91,13 @@ where
         // waiting (in memory), is answered here: no boxed future, and the
         // ready service itself is called.
         let (key, cost) = match self.limit.start(RequestParts::new(&request)) {
-            Start::Now(now) => {
-                return match self.limit.settle(now) {
-                    Verdict::Allow(decision) => {
-                        let fields = decision.and_then(|decision| self.limit.fields(&decision));
-                        ResponseFuture::calling(self.inner.call(request), fields)
-                    }
-                    Verdict::Limited { response, .. } | Verdict::Respond(response) => {
-                        ResponseFuture::ready(response)
-                    }
-                };
+            // Most requests: allowed, with no fields to send. No verdict
+            // is built for them, so nothing but the future is moved.
+            Start::Now(Now::Allowed) => {
+                self.limit.metrics.count_allowed();
+                return ResponseFuture::calling(self.inner.call(request), None);
             }
+            Start::Now(now) => return self.settled(request, now),
             Start::Ask { key, cost } => (key, cost),
         };
         // The clone that was driven to readiness serves this request.
