@@ -1,19 +1,22 @@
 //! The counters a layer keeps, and (with the `metrics` feature) their
 //! export through the `metrics` facade.
 
+#[cfg(feature = "metrics")]
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use thread_local::ThreadLocal;
 
 /// Counters shared by a layer and all its services.
 ///
 /// Requests are counted as they are decided, on whichever threads serve
-/// them. Each thread adds to a slot of its own, on cache lines of its own,
-/// and a read sums the slots: worker threads counting at once then do not
-/// pass one cache line back and forth on every request. A read may miss
-/// counts still being added on other threads, as with any relaxed counter.
+/// them. Each thread adds to counts of its own, on cache lines of their
+/// own, and a read sums every thread's: worker threads counting at once
+/// then neither pass one cache line back and forth nor need a locked
+/// instruction on every request. A read may miss counts still being added on other
+/// threads, as with any relaxed counter.
 ///
 /// ```
 /// use lock_tower::Metrics;
@@ -21,9 +24,10 @@ use crossbeam_utils::CachePadded;
 /// assert_eq!((metrics.allowed(), metrics.refused()), (0, 0));
 /// ```
 pub struct Metrics {
-    /// As many as the machine runs threads, times two, rounded up to a power
-    /// of two; threads take them in turn.
-    slots: Box<[CachePadded<Counts>]>,
+    /// Each thread's counts. Only that thread writes them (a thread that
+    /// starts after another ended may take over its counts, and goes on
+    /// from them), so an add needs no locked instruction.
+    counts: ThreadLocal<CachePadded<Counts>>,
     /// Which layer (`rate_limit`, `lock`, `concurrency`) and scope the
     /// counts are of: the labels of the exported metrics.
     layer: &'static str,
@@ -46,9 +50,6 @@ impl Default for Metrics {
     }
 }
 
-/// The most slots a [`Metrics`] has (8 KiB of them on x86-64).
-const MAX_SLOTS: usize = 64;
-
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
@@ -66,13 +67,8 @@ impl Metrics {
     /// Counters of the `layer` (`rate_limit`, `lock`, `concurrency`) with
     /// this scope.
     pub(crate) fn new(layer: &'static str, scope: &str) -> Self {
-        static SLOTS: OnceLock<usize> = OnceLock::new();
-        let slots = *SLOTS.get_or_init(|| {
-            let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            (threads * 2).next_power_of_two().min(MAX_SLOTS)
-        });
         Metrics {
-            slots: (0..slots).map(|_| CachePadded::default()).collect(),
+            counts: ThreadLocal::new(),
             layer,
             scope: std::sync::Arc::from(scope),
             #[cfg(feature = "metrics")]
@@ -101,39 +97,39 @@ impl Metrics {
     }
 
     fn sum(&self, counter: impl Fn(&Counts) -> &AtomicU64) -> u64 {
-        self.slots
+        self.counts
             .iter()
-            .map(|slot| counter(slot).load(Ordering::Relaxed))
+            .map(|counts| counter(counts).load(Ordering::Relaxed))
             .fold(0, u64::wrapping_add)
     }
 
-    /// This thread's slot.
+    /// This thread's counts.
     #[inline]
     fn mine(&self) -> &Counts {
-        &self.slots[thread_index() & (self.slots.len() - 1)]
+        self.counts.get_or_default()
     }
 
     #[inline]
     pub(crate) fn count_allowed(&self) {
-        self.mine().allowed.fetch_add(1, Ordering::Relaxed);
+        add(&self.mine().allowed);
         #[cfg(feature = "metrics")]
         self.export().allowed.increment(1);
     }
 
     pub(crate) fn count_refused(&self) {
-        self.mine().refused.fetch_add(1, Ordering::Relaxed);
+        add(&self.mine().refused);
         #[cfg(feature = "metrics")]
         self.export().refused.increment(1);
     }
 
     pub(crate) fn count_backend_failure(&self) {
-        self.mine().backend_failures.fetch_add(1, Ordering::Relaxed);
+        add(&self.mine().backend_failures);
         #[cfg(feature = "metrics")]
         self.export().backend_failures.increment(1);
     }
 
     pub(crate) fn count_missing_key(&self) {
-        self.mine().missing_keys.fetch_add(1, Ordering::Relaxed);
+        add(&self.mine().missing_keys);
         #[cfg(feature = "metrics")]
         self.export().missing_keys.increment(1);
     }
@@ -206,16 +202,15 @@ impl Export {
     }
 }
 
-/// A number of the calling thread's own, given out in turn as threads first
-/// ask: neighbouring threads (a runtime's workers, started together) get
-/// neighbouring numbers, so they land in different slots.
+/// Adds one to a count of the calling thread's own. Only this thread
+/// writes it, so a load and a store lose nothing; a locked add would also
+/// wait for every store before it.
 #[inline]
-fn thread_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|index| *index)
+fn add(count: &AtomicU64) {
+    count.store(
+        count.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
 }
 
 #[cfg(test)]
@@ -225,8 +220,7 @@ mod tests {
     #[test]
     fn counts_from_many_threads_add_up() {
         let metrics = Metrics::default();
-        // More threads than slots, so that some share one.
-        let threads = metrics.slots.len() * 2 + 1;
+        let threads = 9;
         std::thread::scope(|scope| {
             for t in 0..threads {
                 let metrics = &metrics;
@@ -257,7 +251,24 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_counts_in_one_slot() {
+    fn counts_of_ended_threads_stay() {
+        let metrics = Metrics::default();
+        // One after another: each thread may take over the counts of the
+        // one before it, and must add to them.
+        for _ in 0..20 {
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    for _ in 0..100 {
+                        metrics.count_refused();
+                    }
+                });
+            });
+        }
+        assert_eq!(metrics.refused(), 2000);
+    }
+
+    #[test]
+    fn a_thread_counts_in_counts_of_its_own() {
         let metrics = Metrics::default();
         std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -267,9 +278,9 @@ mod tests {
             });
         });
         let counts: Vec<u64> = metrics
-            .slots
+            .counts
             .iter()
-            .map(|slot| slot.backend_failures.load(Ordering::Relaxed))
+            .map(|counts| counts.backend_failures.load(Ordering::Relaxed))
             .filter(|&n| n > 0)
             .collect();
         assert_eq!(counts, [10]);
