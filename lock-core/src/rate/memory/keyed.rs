@@ -283,6 +283,7 @@ impl QuotaLimiter {
         self.shared.store(true, Ordering::Release);
     }
 
+    #[inline]
     pub(super) fn is_shared(&self) -> bool {
         self.shared.load(Ordering::Acquire)
     }

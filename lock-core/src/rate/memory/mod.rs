@@ -142,11 +142,22 @@ impl RateState {
         &self.stripes[(hash >> 32) as usize % STRIPES]
     }
 
+    /// The limiter's binding, found on its first decision. Out of line:
+    /// the closure's captures would otherwise be copied out of the
+    /// request on every decision.
+    #[cold]
+    fn bind_once<'a>(&self, request: &RateRequest<'a>) -> &'a Binding {
+        request
+            .memo
+            .get_or_init(|| self.bind(request.scope, request.policy))
+    }
+
     #[inline]
     fn decide(&self, request: &RateRequest<'_>) -> Decision {
-        let binding = request
-            .memo
-            .get_or_init(|| self.bind(request.scope, request.policy));
+        let binding = match request.memo.get() {
+            Some(binding) => binding,
+            None => self.bind_once(request),
+        };
         match &binding.0 {
             // One quota that no policy of several quotas shares: governor
             // alone decides, with no lock of ours.
