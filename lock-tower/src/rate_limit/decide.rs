@@ -106,10 +106,16 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             let Some(caller) = caller else {
                 return Start::Now(Now::NoKey(self.key.missing(request)));
             };
-            match self.limiter.check_now(caller, cost) {
-                Some(Ok(decision)) if decision.allowed && !self.on_success => {
-                    Start::Now(Now::Allowed)
-                }
+            let checked = self.limiter.check_now(caller, cost);
+            // Looked at in place: moving the decision out only to drop it
+            // would copy it.
+            if let Some(Ok(decision)) = &checked
+                && decision.allowed
+                && !self.on_success
+            {
+                return Start::Now(Now::Allowed);
+            }
+            match checked {
                 Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
                 Some(Err(error)) => {
                     match classify(error, self.failure, &self.metrics, "rate-limit") {
