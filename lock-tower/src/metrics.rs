@@ -15,8 +15,8 @@ use thread_local::ThreadLocal;
 /// them. Each thread adds to counts of its own, on cache lines of their
 /// own, and a read sums every thread's: worker threads counting at once
 /// then neither pass one cache line back and forth nor need a locked
-/// instruction on every request. A read may miss counts still being added on other
-/// threads, as with any relaxed counter.
+/// instruction on every request. A read may miss counts still being
+/// added on other threads, as with any relaxed counter.
 ///
 /// ```
 /// use lock_tower::Metrics;
