@@ -6,5 +6,6 @@ pub mod error;
 pub mod lock;
 pub mod name;
 pub mod rate;
+mod time;
 
 pub use error::{BackendError, Error, Result};

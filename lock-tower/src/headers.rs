@@ -22,7 +22,7 @@ pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-
 
 /// Whole seconds, rounded up (so waiting that long is always enough).
 pub fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// A structured-field string: printable ASCII, with `"` and `\` escaped.

@@ -68,3 +68,44 @@ pub async fn a_fair_lock_is_reentrant_for_its_owner<B: LockBackend>(backend: B) 
     assert_eq!(*order.lock().expect("order"), ["first", "second"]);
     assert_eq!(lock.state().await.expect("backend"), None);
 }
+
+/// A re-entry gets its holding's own fencing token, even after a lock of
+/// another kind under the same name took tokens from the shared counter
+/// meanwhile.
+pub async fn a_fair_reentry_keeps_its_own_fencing_token<B: LockBackend>(backend: B) {
+    let options = LockOptions::new()
+        .lease(Duration::from_secs(10))
+        .fair(true)
+        .fencing(true);
+    let name = "fair-reentrant-fence";
+    let lock = ReentrantLock::with_options(backend.clone(), name, options).expect("valid");
+    let me = Owner::new();
+    let outer = lock.try_lock(&me).await.expect("backend").expect("free");
+    let granted = outer.fencing_token().expect("asked for");
+    // Another kind of lock of the same name takes (and returns) tokens.
+    let plain = lock_core::lock::Lock::with_options(
+        backend,
+        name,
+        LockOptions::new()
+            .fencing(true)
+            .lease(Duration::from_secs(10)),
+    )
+    .expect("valid");
+    for _ in 0..2 {
+        let other = plain.try_lock().await.expect("backend").expect("free");
+        assert!(other.fencing_token().expect("asked for") > granted);
+        assert!(other.release().await.expect("backend"));
+    }
+    let inner = lock
+        .try_lock(&me)
+        .await
+        .expect("backend")
+        .expect("the owner re-enters");
+    assert_eq!(
+        inner.fencing_token(),
+        Some(granted),
+        "a re-entry must carry its holding's token"
+    );
+    assert!(inner.release().await.expect("backend"));
+    assert!(outer.release().await.expect("backend"));
+}

@@ -447,6 +447,7 @@ macro_rules! features_suite {
             multi_lock_is_all_or_nothing, crossed_multi_locks_never_deadlock,
             a_burst_apart_from_the_rate, a_reset_forgets_the_caller,
             allow_at_most_grants_what_is_left, a_fair_lock_is_reentrant_for_its_owner,
+            a_fair_reentry_keeps_its_own_fencing_token,
             readers_share_and_writers_exclude, a_waiting_writer_goes_before_new_readers,
             one_owner_reenters_either_side, readers_overlap_and_writers_are_not_starved);
     };

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod counter_suite;
 pub mod fair_reentrant_suite;
 pub mod features_suite;
+pub mod guarantees_suite;
 pub mod http;
 pub mod kinds_suite;
 pub mod latency;

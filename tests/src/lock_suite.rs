@@ -12,6 +12,7 @@ use lock_core::lock::{Kind, Lock, LockBackend, LockOptions};
 use rand::Rng;
 
 use crate::eventually;
+pub use crate::guarantees_suite::*;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -351,7 +352,8 @@ macro_rules! lock_suite {
             non_owner_cannot_release, fixed_lease_runs_out, extend_prolongs,
             watchdog_renews, watchdog_reports_removed_lock, drop_releases,
             cancelled_acquires_leave_it_free, fencing_tokens_increase,
-            bad_input_is_rejected);
+            bad_input_is_rejected, a_retried_release_answers_as_the_first,
+            a_multi_lock_never_returns_a_lapsed_lease, any_wait_is_accepted);
     };
     (@seq $backend:expr; $($case:ident),* $(,)?) => {
         $(

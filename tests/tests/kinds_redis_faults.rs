@@ -623,12 +623,12 @@ async fn connect_each(
 }
 
 /// Keys on `server`, read directly (not through a proxy).
-/// The keys on `server`, but for the remembered last releases
-/// (`…:last`, see `RELEASE_REMEMBERED`): those stay for a while by design,
-/// and hold no lock.
+/// The keys on `server`, but for the remembered releases (`…:last:<token>`,
+/// see `RELEASE_REMEMBERED`): those stay for a while by design, and hold
+/// no lock.
 fn keys_on(server: &RedisServer) -> Vec<String> {
     let keys: Vec<String> = server.connection().keys("*").expect("KEYS");
-    keys.into_iter().filter(|k| !k.ends_with(":last")).collect()
+    keys.into_iter().filter(|k| !k.contains(":last:")).collect()
 }
 
 /// The time an acquire takes counts against its lease: with round trips

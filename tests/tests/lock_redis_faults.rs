@@ -170,6 +170,7 @@ async fn every_key_written_has_a_ttl() {
         .fencing(true);
     let lock = Lock::with_options(backend.clone(), "ttl", options).expect("valid");
     let guard = lock.try_lock().await.expect("backend").expect("free");
+    let guard_token = guard.token().to_owned();
     let mut conn = server.connection();
     let keys: Vec<String> = conn.keys("*").expect("KEYS");
     assert_eq!(keys.len(), 2, "expected lock and fence keys, got {keys:?}");
@@ -182,12 +183,14 @@ async fn every_key_written_has_a_ttl() {
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
     }
     assert!(guard.release().await.expect("backend"));
-    // Left: the fencing counter, and the remembered last release (so that
-    // a retried release gets the same answer), which expires on its own.
+    // Left: the fencing counter, and the remembered release of this token
+    // (so that a retried release gets the same answer), which expires on
+    // its own.
     let mut keys: Vec<String> = conn.keys("*").expect("KEYS");
     keys.sort();
-    assert_eq!(keys, ["lock:{ttl}:fence", "lock:{ttl}:lock:last"]);
-    let ttl: i64 = conn.pttl("lock:{ttl}:lock:last").expect("PTTL");
+    let remembered_key = format!("lock:{{ttl}}:lock:last:{guard_token}");
+    assert_eq!(keys, ["lock:{ttl}:fence", remembered_key.as_str()]);
+    let ttl: i64 = conn.pttl(&remembered_key).expect("PTTL");
     let remembered = i64::try_from(lock_core::lock::RELEASE_REMEMBERED.as_millis()).expect("ms");
     assert!(ttl > 0 && ttl <= remembered, "the latch's PTTL is {ttl}");
 }

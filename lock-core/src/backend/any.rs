@@ -181,6 +181,10 @@ impl LockBackend for AnyBackend {
     fn clock_drift(&self, lease: Duration) -> Duration {
         each!(self, b => b.clock_drift(lease))
     }
+
+    fn confirms_grants(&self) -> bool {
+        each!(self, b => b.confirms_grants())
+    }
 }
 
 impl RateBackend for AnyBackend {

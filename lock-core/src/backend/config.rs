@@ -62,13 +62,13 @@ impl RedisConfig {
     /// first outcome. Locks give back what a timed-out acquire may have
     /// taken, in the background, within this same bound. Zero is taken as 1 ms.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout.max(Duration::from_millis(1));
+        self.response_timeout = timeout.clamp(Duration::from_millis(1), crate::time::FOREVER);
         self
     }
 
     /// Longest wait for a connection to be made (default 2 s). Zero is taken as 1 ms.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self.connect_timeout = timeout.clamp(Duration::from_millis(1), crate::time::FOREVER);
         self
     }
 

@@ -11,7 +11,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use super::config::{RedisConfig, manager_config};
 use super::pubsub::{Subscriber, Subscription};
 use super::replicas::{Dedicated, Open, SyncReplicas};
-use super::script::{Invocation, no_script};
+use super::script::{Invocation, NOT_RUN_PAUSE, NOT_RUN_RETRIES, no_script, not_run};
 use super::version::check_server;
 use crate::error::{Error, Result};
 use crate::name::{KeySpace, Name};
@@ -86,7 +86,11 @@ impl RedisBackend<ConnectionManager> {
             .await?;
         check_server(&mut once, config.connect_timeout).await?;
         let open: Open<ConnectionManager> = {
-            let (client, manager) = (client.clone(), manager_config(&config));
+            // `WAIT` may rightly take the whole sync timeout, longer than
+            // the response timeout: a synced write is bounded as a whole
+            // instead (see `invoke_write`).
+            let manager = manager_config(&config).set_response_timeout(None);
+            let (client, manager) = (client.clone(), manager);
             Arc::new(move || {
                 let (client, manager) = (client.clone(), manager.clone());
                 Box::pin(
@@ -187,6 +191,11 @@ where
         self
     }
 
+    /// Whether writes wait for replicas ([`sync_replicas`](Self::sync_replicas)).
+    pub(crate) fn syncs_replicas(&self) -> bool {
+        self.sync.is_some()
+    }
+
     /// Runs a script call that writes a lock, permit or stock: as
     /// [`invoke`](Self::invoke) unless writes are synced; then with `WAIT`
     /// on a connection of its own, bounded by the response timeout and the
@@ -199,25 +208,25 @@ where
         let Some(sync) = self.sync else {
             return Ok((self.invoke(call).await?, None));
         };
-        let (answer, acknowledged) = match &self.dedicated {
-            Some(dedicated) => {
-                let bound = self.timeout + sync.timeout;
-                let write = dedicated.write(&call, self.sharded_pubsub, sync);
-                tokio::time::timeout(bound, write)
-                    .await
-                    .map_err(|_| Error::Timeout(bound))??
-            }
-            None => {
-                let dedicated = Dedicated::new(Arc::new({
-                    let conn = self.conn.clone();
-                    move || {
-                        let conn = conn.clone();
-                        Box::pin(async move { Ok(conn) })
-                    }
-                }));
-                dedicated.write(&call, self.sharded_pubsub, sync).await?
+        let bound = crate::time::sum(self.timeout, sync.timeout);
+        let write = async {
+            match &self.dedicated {
+                Some(dedicated) => dedicated.write(&call, self.sharded_pubsub, sync).await,
+                None => {
+                    let dedicated = Dedicated::new(Arc::new({
+                        let conn = self.conn.clone();
+                        move || {
+                            let conn = conn.clone();
+                            Box::pin(async move { Ok(conn) })
+                        }
+                    }));
+                    dedicated.write(&call, self.sharded_pubsub, sync).await
+                }
             }
         };
+        let (answer, acknowledged) = tokio::time::timeout(bound, write)
+            .await
+            .map_err(|_| Error::Timeout(bound))??;
         Ok((
             answer,
             Some(Replicated {
@@ -293,11 +302,19 @@ where
         let mut conn = self.conn.clone();
         let sharded = self.sharded_pubsub;
         self.bounded(async move {
-            match call.cmd(sharded, false).query_async(&mut conn).await {
-                Err(error) if no_script(&error) => {
-                    call.cmd(sharded, true).query_async(&mut conn).await
+            let (mut whole, mut retries, mut pause) = (false, 0, NOT_RUN_PAUSE);
+            loop {
+                match call.cmd(sharded, whole).query_async(&mut conn).await {
+                    Err(error) if no_script(&error) && !whole => whole = true,
+                    // Never again after a failed connection: the call may
+                    // have run. Only an answer that says it did not.
+                    Err(error) if not_run(&error) && retries < NOT_RUN_RETRIES => {
+                        retries += 1;
+                        tokio::time::sleep(pause).await;
+                        pause *= 2;
+                    }
+                    answer => return answer,
                 }
-                answer => answer,
             }
         })
         .await

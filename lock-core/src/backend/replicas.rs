@@ -82,7 +82,7 @@ impl<C: ConnectionLike + Send + 'static> Dedicated<C> {
             Some(conn) => conn,
             None => (self.open)().await?,
         };
-        let timeout_ms = u64::try_from(sync.timeout.as_millis())
+        let timeout_ms = u64::try_from(sync.timeout.min(crate::time::FOREVER).as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
         let mut answer = None;
@@ -93,7 +93,12 @@ impl<C: ConnectionLike + Send + 'static> Dedicated<C> {
                 .cmd("WAIT")
                 .arg(sync.replicas)
                 .arg(timeout_ms);
-            let values: Vec<Value> = pipe.query_async(&mut conn).await?;
+            // A connection that failed or timed out is dropped here, never
+            // put back: what it answers next is no one's.
+            let values: Vec<Value> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|error| failed(error, sync))?;
             let [script, wait] = <[Value; 2]>::try_from(values)
                 .map_err(|v| Error::UnexpectedReply(format!("a synced write answered {v:?}")))?;
             match script {
@@ -101,18 +106,48 @@ impl<C: ConnectionLike + Send + 'static> Dedicated<C> {
                 Value::ServerError(error) => {
                     let error = redis::RedisError::from(error);
                     debug_assert!(!no_script(&error) || whole);
+                    self.idle.lock().push(conn);
                     return Err(error.into());
                 }
                 script => answer = Some((script, wait)),
             }
             break;
         }
-        self.idle.lock().push(conn);
         let Some((script, wait)) = answer else {
             return Err(Error::UnexpectedReply("no answer to a synced write".into()));
         };
+        let acknowledged = match wait {
+            // The master was demoted (or its clients paused) while it
+            // waited: nothing is confirmed, and Redis closes the
+            // connection, so it does not go back into the pool.
+            Value::ServerError(error) if error.code() == "UNBLOCKED" => 0,
+            Value::ServerError(error) => return Err(redis::RedisError::from(error).into()),
+            wait => {
+                self.idle.lock().push(conn);
+                u32::from_redis_value(wait).map_err(redis::RedisError::from)?
+            }
+        };
         let value = T::from_redis_value(script).map_err(redis::RedisError::from)?;
-        let acknowledged = u32::from_redis_value(wait).map_err(redis::RedisError::from)?;
         Ok((value, acknowledged))
+    }
+}
+
+/// The typed error of a synced write whose connection failed. A master
+/// demoted while it waits for its replicas answers `-UNBLOCKED` and closes
+/// the connection, which redis-rs may report as the connection dropped
+/// before it hands over the answers: either way no replica confirmed the
+/// write, which may stay made on the master (as [`Error::NotReplicated`]
+/// says). A connection's own response timeout is the crate's typed
+/// timeout.
+fn failed(error: redis::RedisError, sync: SyncReplicas) -> Error {
+    if error.is_timeout() {
+        Error::Timeout(sync.timeout)
+    } else if error.is_connection_dropped() {
+        Error::NotReplicated {
+            acknowledged: 0,
+            needed: sync.replicas,
+        }
+    } else {
+        error.into()
     }
 }

@@ -125,6 +125,35 @@ pub(crate) fn no_script(error: &redis::RedisError) -> bool {
     error.code() == Some("NOSCRIPT")
 }
 
+/// Whether `error` is an answer by which the server says it did not run the
+/// command at all: the slot lives elsewhere or is moving (`MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN`), the server is loading or is a replica now
+/// (`LOADING`, `READONLY`, `MASTERDOWN`), or a script is running (`BUSY`).
+/// Only such a command is sent again: one whose connection failed may
+/// have run, and this crate never sends a command twice that may have run
+/// (see [the crate docs](crate#one-rule-for-retries)).
+pub(crate) fn not_run(error: &redis::RedisError) -> bool {
+    matches!(
+        error.code(),
+        Some(
+            "MOVED"
+                | "ASK"
+                | "TRYAGAIN"
+                | "CLUSTERDOWN"
+                | "LOADING"
+                | "READONLY"
+                | "MASTERDOWN"
+                | "BUSY"
+        )
+    )
+}
+
+/// How often a command the server did not run ([`not_run`]) is sent again,
+/// and the pause before the first time (doubled each time): long enough
+/// for a cluster client to learn a moved slot.
+pub(crate) const NOT_RUN_RETRIES: u32 = 4;
+pub(crate) const NOT_RUN_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,6 +97,23 @@ impl<B: LockBackend> Lock<B> {
             let (attempt, unanswered) = match self.backend.acquire(&request).await {
                 Ok(attempt) => (attempt, None),
                 Err(error @ Error::NoQuorum { .. }) => (Attempt::busy(None), Some(error)),
+                // The connection failed (no answer from the server at all):
+                // the attempt may have been granted with its answer lost.
+                // Give it back now, on the reconnected connection, so that
+                // the caller's next attempt does not meet its own orphan;
+                // if that fails too, the cleanup retries in the background.
+                Err(Error::Backend(error)) if error.code().is_none() => {
+                    let error = Error::Backend(error);
+                    if self
+                        .backend
+                        .release(self.kind, &self.name, &token)
+                        .await
+                        .is_ok()
+                    {
+                        cleanup.armed = false;
+                    }
+                    return Err(error);
+                }
                 Err(error) => return Err(error),
             };
             let (fence, granted) = match attempt {
@@ -143,13 +160,53 @@ impl<B: LockBackend> Lock<B> {
                     let Some(handoff) = armed.handed_over(handoffs) else {
                         continue;
                     };
-                    (
-                        handoff.fence,
-                        Granted {
-                            at: started,
-                            claim: Some(handoff.claim),
-                        },
-                    )
+                    if self.backend.confirms_grants() {
+                        // Granted by someone else's release, which no
+                        // replica was asked to confirm: confirm it (or give
+                        // it back) before it counts.
+                        cleanup.armed = true;
+                        let confirming = Instant::now();
+                        match self
+                            .backend
+                            .extend(self.kind, &self.name, &token, lease)
+                            .await
+                        {
+                            Ok(true) => (
+                                handoff.fence,
+                                Granted {
+                                    at: confirming,
+                                    claim: None,
+                                },
+                            ),
+                            // Lapsed before it could be confirmed.
+                            Ok(false) => {
+                                cleanup.armed = false;
+                                return Ok(Acquisition::Stale);
+                            }
+                            // Too few replicas have it: given back now (or by
+                            // the cleanup, in the background).
+                            Err(error) => {
+                                if matches!(error, Error::NotReplicated { .. })
+                                    && self
+                                        .backend
+                                        .release(self.kind, &self.name, &token)
+                                        .await
+                                        .is_ok()
+                                {
+                                    cleanup.armed = false;
+                                }
+                                return Err(error);
+                            }
+                        }
+                    } else {
+                        (
+                            handoff.fence,
+                            Granted {
+                                at: started,
+                                claim: Some(handoff.claim),
+                            },
+                        )
+                    }
                 }
             };
             cleanup.armed = false;

@@ -173,6 +173,19 @@ pub trait LockBackend: Clone + Send + Sync + 'static {
         let _ = lease;
         Duration::ZERO
     }
+
+    /// Whether a grant counts only once the store confirmed it: on Redis
+    /// with [`sync_replicas`](crate::backend::RedisBackend::sync_replicas),
+    /// enough replicas must have it. An [`acquire`](Self::acquire) confirms
+    /// its own grant; a lock handed over to a waiter
+    /// ([`ReleaseWaiter::handed_over`]) was granted by someone else's
+    /// release, so the waiter confirms it with an [`extend`](Self::extend)
+    /// (which must then fail with [`Error::NotReplicated`](crate::Error::NotReplicated)
+    /// when too few replicas have it) before its guard is returned. The
+    /// default: no.
+    fn confirms_grants(&self) -> bool {
+        false
+    }
 }
 
 /// Who holds a lock, as its store sees it: for operators and dashboards,

@@ -9,20 +9,23 @@
 local now = now_ms()
 prune(now)
 local token = ARGV[1]
--- Taken already (handed over, or re-entered): the holding's fencing
--- token, when asked for, is the counter's value (at least the token the
--- holding was granted, and no grant came since).
+-- Taken already (handed over, or re-entered): the fencing token, when
+-- asked for, is the one the holding was granted (see hold); a holding
+-- granted without one gets one now, kept for its later re-entries.
 local function held()
   if ARGV[3] ~= '1' then return {1, 0} end
-  local fence = tonumber(redis.call('GET', KEYS[5]) or '')
-  if not fence then fence = next_fence(KEYS[5], ARGV[4]) end
-  return {1, fence}
+  return {1, holding_fence(KEYS[7], KEYS[5], ARGV[4])}
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == token then
   -- Handed over to us while this attempt was on its way, or its message was
   -- lost. The lease counts from now, after the caller sent this attempt.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[3] == '1' and not granted_fence(token) then
+    -- Not recorded (granted without a fencing token): record it now.
+    redis.call('HSET', KEYS[7], 'holding', token)
+    redis.call('PEXPIRE', KEYS[7], ARGV[2])
+  end
   return held()
 end
 local owner = ARGV[8]
@@ -43,12 +46,13 @@ local head = redis.call('LINDEX', KEYS[2], 0)
 local free = not holder
 if free and (not head or head == token) then
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-  hold(token, owner, ARGV[2])
+  local fence = 0
+  if ARGV[3] == '1' then fence = next_fence(KEYS[5], ARGV[4]) end
+  hold(token, owner, ARGV[2], fence)
   if head == token then redis.call('LPOP', KEYS[2]) end
   redis.call('ZREM', KEYS[3], token)
   redis.call('HDEL', KEYS[4], token)
-  if ARGV[3] == '1' then return {1, next_fence(KEYS[5], ARGV[4])} end
-  return {1, 0}
+  return {1, fence}
 end
 if not redis.call('ZSCORE', KEYS[3], token) then
   redis.call('RPUSH', KEYS[2], token)

@@ -5,7 +5,8 @@
 -- Returns 1 when extended, 0 when the lock was not ours.
 local holder = redis.call('GET', KEYS[1])
 if not holder then return 0 end
-if redis.call('HGET', KEYS[2], 'holding') == holder then
+local recorded = redis.call('HGET', KEYS[2], 'holding') == holder
+if recorded and redis.call('HEXISTS', KEYS[2], 'owner') == 1 then
   if redis.call('HEXISTS', KEYS[2], 'acq:' .. ARGV[1]) == 0 then return 0 end
   for _, key in ipairs(KEYS) do
     if redis.call('PTTL', key) < tonumber(ARGV[2]) then redis.call('PEXPIRE', key, ARGV[2]) end
@@ -14,6 +15,8 @@ if redis.call('HGET', KEYS[2], 'holding') == holder then
 end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- The record of its fencing token lives as long as the lock.
+  if recorded then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   return 1
 end
 return 0

@@ -2,9 +2,11 @@
 -- tokens), KEYS[3] deadlines (zset token -> ms), KEYS[4] terms (hash token ->
 -- "<lease ms> <1 when a fencing token is wanted, else 0>[ <owner>]"), KEYS[5] fencing
 -- counter, KEYS[6] handoff counter, KEYS[7] the holding, for a lock taken
--- by an owner (a reentrant fair lock): a hash with the holder's token
--- ('holding', valid only while it is the lock's value), 'owner', and one
--- 'acq:<token>' field per live acquisition of that owner. Waiters whose
+-- by an owner (a reentrant fair lock) or with a fencing token: a hash with
+-- the holder's token ('holding', valid only while it is the lock's value),
+-- the fencing token it was granted ('fence', when one was asked for), and
+-- for an owner 'owner' and one 'acq:<token>' field per live acquisition of
+-- that owner. Waiters whose
 -- slot deadline passed (crashed, or gone without leaving) are dropped from
 -- the queue.
 local function prune(now)
@@ -19,17 +21,29 @@ end
 -- busy answer carries the number reached so far, so a waiter can tell a
 -- handoff made after its last answer (its own) from one made before it
 -- (since lost: that answer would otherwise have said the lock was its own).
--- Records that `token` of `owner` ('' for none) now holds the lock.
-local function hold(token, owner, ms)
+-- Records that `token` of `owner` ('' for none) now holds the lock, with
+-- fencing token `fence` (0: none asked for). A grant seen again (a retried
+-- attempt, a re-entry) answers the token of this grant, never the shared
+-- counter's value, which other kinds of the same name move on.
+local function hold(token, owner, ms, fence)
   redis.call('DEL', KEYS[7])
   if owner ~= '' then
     redis.call('HSET', KEYS[7], 'holding', token, 'owner', owner, 'acq:' .. token, 1)
-    redis.call('PEXPIRE', KEYS[7], ms)
   end
+  if fence > 0 then
+    redis.call('HSET', KEYS[7], 'holding', token, 'fence', string.format('%d', fence))
+  end
+  if owner ~= '' or fence > 0 then redis.call('PEXPIRE', KEYS[7], ms) end
 end
 -- Whether the lock's holder `holder` is an owner's holding (KEYS[7]).
 local function owned(holder)
   return holder and redis.call('HGET', KEYS[7], 'holding') == holder
+    and redis.call('HEXISTS', KEYS[7], 'owner') == 1
+end
+-- The fencing token that `holder`'s grant carries, if it is recorded.
+local function granted_fence(holder)
+  if redis.call('HGET', KEYS[7], 'holding') ~= holder then return nil end
+  return tonumber(redis.call('HGET', KEYS[7], 'fence') or '')
 end
 local function handoffs()
   return tonumber(redis.call('GET', KEYS[6]) or '0')
@@ -53,12 +67,12 @@ local function hand_over(prefix, fence_ttl, claim)
     return
   end
   redis.call('SET', KEYS[1], head, 'PX', math.min(tonumber(lease), tonumber(claim)))
-  hold(head, owner, lease)
+  local fence = 0
+  if fencing == '1' then fence = next_fence(KEYS[5], fence_ttl) end
+  hold(head, owner, lease, fence)
   redis.call('LPOP', KEYS[2])
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
-  local fence = 0
-  if fencing == '1' then fence = next_fence(KEYS[5], fence_ttl) end
   -- Restarts from Redis time when it expired, like the fencing counter, so
   -- a waiter never sees a number go back.
   local number = next_fence(KEYS[6], fence_ttl)

@@ -33,6 +33,6 @@ else
 end
 if not holder then return false end
 if ARGV[1] == 'fair' and redis.call('HGET', KEYS[2], 'holding') == holder then
-  holder = redis.call('HGET', KEYS[2], 'owner')
+  holder = redis.call('HGET', KEYS[2], 'owner') or holder
 end
 return {1, redis.call('PTTL', KEYS[1]), holder}

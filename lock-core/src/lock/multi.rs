@@ -84,25 +84,43 @@ impl<B: LockBackend> MultiLock<B> {
     /// stayed busy (those taken before it are given back). Cancel-safe, as
     /// [`Lock::lock`].
     ///
+    /// Every guard returned is valid: when a lease taken early ran out
+    /// while a later name was awaited (a fixed lease shorter than the
+    /// wait), all are given back and taken again while the wait lasts;
+    /// `Ok(None)` when it is over.
+    ///
     /// # Errors
     /// Backend failures and timeouts; whatever was taken is given back.
     pub async fn lock(&self, wait: Duration) -> Result<Option<MultiGuard<B>>> {
-        let deadline = Instant::now() + wait;
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lock.lock(left).await {
-                Ok(Some(guard)) => guards.push(guard),
-                outcome => {
-                    // Given back now, in the reverse order.
-                    for guard in guards.into_iter().rev() {
-                        let _ = guard.release().await;
+        let deadline = crate::time::deadline_after(wait);
+        loop {
+            let mut guards = Vec::with_capacity(self.locks.len());
+            for lock in &self.locks {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match lock.lock(left).await {
+                    Ok(Some(guard)) => guards.push(guard),
+                    outcome => {
+                        give_back(guards).await;
+                        return outcome.map(|_| None);
                     }
-                    return outcome.map(|_| None);
                 }
             }
+            // A lease that ran out may be someone else's lock by now.
+            if guards.iter().all(|guard| !guard.valid_for().is_zero()) {
+                return Ok(Some(MultiGuard { guards }));
+            }
+            give_back(guards).await;
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
         }
-        Ok(Some(MultiGuard { guards }))
+    }
+}
+
+/// Releases `guards` now, in the reverse order of taking.
+async fn give_back<B: LockBackend>(guards: Vec<LockGuard<B>>) {
+    for guard in guards.into_iter().rev() {
+        let _ = guard.release().await;
     }
 }
 

@@ -61,9 +61,18 @@ fn busy(ttl_ms: i64, handoffs: i64) -> Attempt {
 struct Keys {
     lock: String,
     channel: String,
-    /// The token of the last release, remembered for
-    /// [`RELEASE_REMEMBERED`].
+    /// Where the releases of this lock are remembered for
+    /// [`RELEASE_REMEMBERED`]: one key per released token (see
+    /// [`Keys::released`]), so a release retried after others still gets
+    /// its own first answer.
     last: String,
+}
+
+impl Keys {
+    /// The key that remembers `token`'s release: `<last>:<token>`.
+    fn released(&self, token: &str) -> String {
+        format!("{}:{token}", self.last)
+    }
 }
 
 impl<C> RedisBackend<C>
@@ -164,8 +173,8 @@ where
     ) -> Result<bool> {
         let keys = self.lock_keys(Kind::Plain, name);
         let mut call = RELEASE.call();
-        call.key(keys.lock)
-            .key(keys.last)
+        call.key(&keys.lock)
+            .key(keys.released(token))
             .arg(token)
             .arg(if wake { keys.channel } else { String::new() })
             // An undo is no release anyone will retry: nothing to remember,
@@ -289,7 +298,7 @@ where
             Kind::Fair => {
                 let mut invocation = self.fair_invocation(&FAIR_RELEASE, name);
                 invocation
-                    .key(keys.last)
+                    .key(keys.released(token))
                     .arg(token)
                     .arg(self.fair_channel_prefix(name))
                     .arg(millis(FENCE_TTL))
@@ -300,9 +309,9 @@ where
             Kind::Read | Kind::Write => {
                 let mut invocation = RW_RELEASE.call();
                 invocation
-                    .key(keys.lock)
+                    .key(&keys.lock)
                     .key(self.key(name, "rw:writers"))
-                    .key(keys.last)
+                    .key(keys.released(token))
                     .arg(token)
                     .arg(keys.channel)
                     .arg(millis(RELEASE_REMEMBERED));
@@ -316,10 +325,10 @@ where
                 };
                 let mut invocation = script.call();
                 invocation
-                    .key(keys.lock)
-                    .key(keys.last)
+                    .key(&keys.lock)
+                    .key(keys.released(token))
                     .arg(token)
-                    .arg(keys.channel)
+                    .arg(&keys.channel)
                     .arg(millis(RELEASE_REMEMBERED));
                 if let Kind::Semaphore { count, .. } = kind {
                     invocation.arg(count.get());
@@ -390,6 +399,10 @@ where
         invocation.arg(kept);
         let state: Option<(u32, i64, String)> = self.invoke(invocation).await?;
         Ok(state.map(|(taken, ms, holder)| LockState::new(taken, ms, &holder)))
+    }
+
+    fn confirms_grants(&self) -> bool {
+        self.syncs_replicas()
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedisWaiter {

@@ -1,7 +1,7 @@
 -- Releases one acquisition; the last one deletes the lock and wakes
--- waiters. The last released acquisition is remembered, as for the plain
+-- waiters. Each released acquisition is remembered, as for the plain
 -- lock, so a retried release gets the same answer.
--- KEYS[1] lock hash, KEYS[2] last release; ARGV[1] acquisition token,
+-- KEYS[1] lock hash, KEYS[2] the key that remembers this token's release; ARGV[1] acquisition token,
 -- ARGV[2] wake-up channel, ARGV[3] how long to remember it (ms)
 if redis.call('HDEL', KEYS[1], 'acq:' .. ARGV[1]) == 1 then
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])

@@ -1,7 +1,7 @@
 -- Compare-and-delete: release only if we still own the lock, then wake
--- waiters. The token of the last release is remembered for a while, so a
+-- waiters. Each released token is remembered for a while (a key of its own), so a
 -- release retried after its answer was lost gets the same answer.
--- KEYS[1] lock key, KEYS[2] last release; ARGV[1] token, ARGV[2] wake-up
+-- KEYS[1] lock key, KEYS[2] the key that remembers this token's release; ARGV[1] token, ARGV[2] wake-up
 -- channel ('' wakes no one), ARGV[3] how long to remember it (ms; '0':
 -- not at all, for Redlock's undo of an attempt that was never a grant)
 -- Returns 1 when released (now or by this token's earlier call), 0 when

@@ -3,7 +3,7 @@
 -- when the lock is free or goes back from write to read, and when a
 -- waiting writer leaves (readers it held back may go on). The last
 -- released acquisition is remembered, as for the plain lock.
--- KEYS[1] lock hash, KEYS[2] waiting writers, KEYS[3] last release
+-- KEYS[1] lock hash, KEYS[2] waiting writers, KEYS[3] the key that remembers this token's release
 -- ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] how long to remember (ms)
 local token = ARGV[1]
 local held = redis.call('HGET', KEYS[1], 'acq:' .. token)

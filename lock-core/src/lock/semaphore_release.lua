@@ -1,6 +1,6 @@
--- Returns a holder's permits and wakes waiters; the last release is
+-- Returns a holder's permits and wakes waiters; each release is
 -- remembered, so a retried release gets the same answer.
--- KEYS[1] permits, KEYS[2] last release; ARGV[1] token, ARGV[2] wake-up
+-- KEYS[1] permits, KEYS[2] the key that remembers this token's release; ARGV[1] token, ARGV[2] wake-up
 -- channel, ARGV[3] how long to remember it (ms), ARGV[4] permits held by
 -- the token. Returns 1 when they were live.
 local now = now_ms()

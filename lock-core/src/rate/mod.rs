@@ -379,7 +379,7 @@ impl<B: RateBackend> RateLimiter<B> {
         within: Duration,
     ) -> Result<Decision> {
         let caller = caller.into();
-        let deadline = tokio::time::Instant::now() + within;
+        let deadline = crate::time::deadline_after(within);
         loop {
             let decision = self.check_cost(caller, cost).await?;
             let now = tokio::time::Instant::now();

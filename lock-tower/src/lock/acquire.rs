@@ -176,7 +176,8 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
         let name = format!("{}:{key}", self.scope);
         let started = std::time::Instant::now();
         let bound = Failure {
-            timeout: self.wait + self.failure.timeout,
+            // Saturating: `Duration::MAX` is a wait a user may ask for.
+            timeout: self.wait.saturating_add(self.failure.timeout),
             ..self.failure
         };
         let taking = take(

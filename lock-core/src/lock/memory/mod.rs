@@ -69,9 +69,10 @@ type SlotKey = (&'static str, Name);
 #[derive(Default)]
 pub(crate) struct LockTable {
     slots: Mutex<HashMap<SlotKey, Slot>>,
-    /// The token of each lock's last release, until when it is remembered
-    /// (see [`RELEASE_REMEMBERED`]).
-    last_releases: Mutex<HashMap<SlotKey, (Token, Instant)>>,
+    /// The tokens each lock released, until when each is remembered (see
+    /// [`RELEASE_REMEMBERED`]): every one, not only the last, so a release
+    /// retried after others gets its own first answer.
+    last_releases: Mutex<HashMap<(SlotKey, Token), Instant>>,
     fence: AtomicU64,
     acquisitions: AtomicU64,
     waiters: Waiters,
@@ -123,27 +124,25 @@ impl LockTable {
                 .last_releases
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            last.retain(|_, (_, until)| *until > now);
+            last.retain(|_, until| *until > now);
             shrink_swept(&mut last);
         }
     }
 
-    /// Remembers `token` as the last release of `(kind, name)`, or, for a
-    /// token whose lock was not held, says whether it is that release
-    /// retried.
+    /// Remembers `token` as a release of `(kind, name)`, or, for a token
+    /// whose lock was not held, says whether it is such a release retried.
     fn last_release(&self, kind: Kind, name: &Name, token: &str, released: bool) -> bool {
         let now = Instant::now();
         let mut last = self
             .last_releases
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let key = (kind.tag(), name.clone());
+        let key = ((kind.tag(), name.clone()), Token::from(token));
         if released {
-            last.insert(key, (token.into(), now + RELEASE_REMEMBERED));
+            last.insert(key, now + RELEASE_REMEMBERED);
             return true;
         }
-        last.get(&key)
-            .is_some_and(|(last, until)| &**last == token && *until > now)
+        last.get(&key).is_some_and(|until| *until > now)
     }
 
     fn fence(&self, fencing: bool) -> Option<u64> {
