@@ -449,7 +449,8 @@ macro_rules! features_suite {
             allow_at_most_grants_what_is_left, a_fair_lock_is_reentrant_for_its_owner,
             a_fair_reentry_keeps_its_own_fencing_token,
             readers_share_and_writers_exclude, a_waiting_writer_goes_before_new_readers,
-            one_owner_reenters_either_side, readers_overlap_and_writers_are_not_starved);
+            one_owner_reenters_either_side, readers_overlap_and_writers_are_not_starved,
+            a_crashed_waiting_writer_holds_readers_back_only_until_its_place_lapses);
     };
     (@cases $setup:expr; $($case:ident),* $(,)?) => {
         $(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::lock::{LockBackend, LockOptions, Owner, ReadWriteLock};
+use lock_core::lock::{FAIR_SLOT, LockBackend, LockOptions, Owner, ReadWriteLock};
 
 fn rw<B: LockBackend>(backend: &B, name: &str, options: LockOptions) -> ReadWriteLock<B> {
     ReadWriteLock::with_options(backend.clone(), name, options).expect("valid")
@@ -275,4 +275,64 @@ pub async fn readers_overlap_and_writers_are_not_starved<B: LockBackend>(backend
         worst <= 2 * READERS,
         "{worst} readers got in while a writer waited (more than one batch of {READERS})"
     );
+}
+
+/// A writer that crashed while it waited (its process gone, so it neither
+/// retries nor gives its place up) holds new readers back until its place
+/// lapses ([`FAIR_SLOT`] after its last attempt), not for the readers'
+/// whole lease: a reader it held back is told to try again when that
+/// place lapses, since nothing wakes it then. Here a reader holds a 60 s
+/// lease throughout; a second reader must get in within three times the
+/// writer's slot. (Run on both backends by `tests/read_write_crashed_writer.rs`,
+/// apart from [`features_suite!`](crate::features_suite!): it waits a
+/// writer's slot.)
+pub async fn a_crashed_waiting_writer_holds_readers_back_only_until_its_place_lapses<
+    B: LockBackend,
+>(
+    backend: B,
+) {
+    let lock = rw(
+        &backend,
+        "rw-crashed-writer",
+        LockOptions::new().lease(Duration::from_secs(60)),
+    );
+    let (reader, writer, late) = (Owner::new(), Owner::new(), Owner::new());
+    let held = lock
+        .try_read(&reader)
+        .await
+        .expect("backend")
+        .expect("free");
+    let mut waiting = Box::pin(lock.write(&writer, Duration::from_secs(120)));
+    // Let the writer try until it holds new readers back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let polled = tokio::time::timeout(Duration::from_millis(20), &mut waiting).await;
+        assert!(polled.is_err(), "the writer got past a reader: {polled:?}");
+        match lock.try_read(&late).await.expect("backend") {
+            Some(guard) => guard.release().await.map(drop).expect("backend"),
+            None => break,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the writer never held readers back"
+        );
+    }
+    // The writer's process dies: no retry, no cleanup, its place is left.
+    std::mem::forget(waiting);
+    let started = Instant::now();
+    let within = 3 * FAIR_SLOT;
+    let guard = lock
+        .read(&late, within)
+        .await
+        .expect("backend")
+        .unwrap_or_else(|| {
+            panic!("a crashed writer's place held a reader back for {within:?} (lease 60 s)")
+        });
+    let took = started.elapsed();
+    assert!(
+        took < within,
+        "a reader waited {took:?} for a crashed writer's place"
+    );
+    guard.release().await.expect("backend");
+    held.release().await.expect("backend");
 }

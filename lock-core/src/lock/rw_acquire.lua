@@ -34,13 +34,19 @@ if not granted then
     redis.call('PEXPIRE', KEYS[2], 2 * slot)
   end
   local ttl = redis.call('PTTL', KEYS[1])
-  if ttl < 0 then
-    -- Free, or held by others without expiry: held back by a waiting
-    -- writer, whose place lapses at the latest by its deadline.
+  if side == 'r' and mode ~= 'write' then
+    -- Held back only by waiting writers: try again when the first place
+    -- lapses (a crashed writer's does, and nothing announces it), or
+    -- when the lock's lease ends, whichever comes first.
     local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    ttl = -1
-    if first[2] then ttl = tonumber(first[2]) - now end
+    if first[2] then
+      local lapses = tonumber(first[2]) - now
+      if ttl < 0 or lapses < ttl then ttl = lapses end
+    end
   end
+  -- Held by others without expiry, or free and held back by no one we
+  -- know of: no hint.
+  if ttl < 0 then ttl = -1 end
   return {0, ttl}
 end
 if side == 'w' then

@@ -66,9 +66,16 @@ impl ReadWrite {
             if request.write {
                 self.waiting.insert(request.token.into(), now + FAIR_SLOT);
             }
-            let until = self
-                .expires
-                .or_else(|| self.waiting.values().min().copied());
+            let mut until = self.expires;
+            if !request.write && self.writer.is_none() {
+                // Held back only by waiting writers: try again when the
+                // first place lapses (a crashed writer's does, and nothing
+                // announces it), or when the lease ends if that is sooner.
+                until = until
+                    .into_iter()
+                    .chain(self.waiting.values().copied())
+                    .min();
+            }
             return Some(Attempt::busy(
                 until.map(|u| u.saturating_duration_since(now)),
             ));
