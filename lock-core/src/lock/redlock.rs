@@ -1,11 +1,16 @@
 //! Redlock: one lock over N independent Redis servers.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::{Either, join_all};
 use futures_util::stream::FuturesUnordered;
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::redis_waiter::RedlockWaiter;
@@ -13,6 +18,7 @@ use super::{AcquireRequest, Attempt, Kind, LockBackend, LockState};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{BackendError, Error, Result};
 use crate::name::Name;
+use crate::time::sum;
 
 /// A lock backend over N independent Redis servers (the Redlock algorithm).
 ///
@@ -22,7 +28,21 @@ use crate::name::Name;
 /// lease/100 + 2 ms and elapsed measured on a monotonic clock. On failure the
 /// lock is released on every server, including those that did not answer in
 /// time. Extension and release also go to every server and count a
-/// majority. A release is one self-contained command (the script's text,
+/// majority.
+///
+/// Each server sees one token's commands in the order they were made: a
+/// command waits in that token's line for the server until every earlier
+/// one was handed to the connection or dropped (a dropped command is never
+/// sent). Without it, commands that wait for the same reconnect (a
+/// restarted server, a dropped connection) go out in whatever order their
+/// tasks happen to run: an attempt's undo could delete the next attempt's
+/// fresh grant, or a release run before the `SET` or extend it undoes.
+/// A release or undo that fails on a server is sent to it again, in the
+/// background, until the server answers or the longest lease sent for the
+/// token would have ended anyway; an extend that is not counted sets the
+/// servers back to the lease the client still counts.
+///
+/// A release is one self-contained command (the script's text,
 /// not its hash), so it takes effect when it reaches a slow server, after
 /// the `SET` it undoes, whether or not anyone still waits for its answer.
 /// It is sent from a task of its own, which keeps it queued until the
@@ -55,6 +75,8 @@ pub struct Redlock {
     servers: Arc<[RedisBackend]>,
     per_server_timeout: Duration,
     retry_delay: Duration,
+    /// What was sent for each token in use (shared by clones).
+    tokens: Arc<Mutex<Tokens>>,
 }
 
 /// Default bound on each server's answer.
@@ -63,10 +85,11 @@ pub const DEFAULT_PER_SERVER_TIMEOUT: Duration = Duration::from_millis(50);
 impl Redlock {
     /// Redlock over already connected servers.
     ///
-    /// Each backend's response timeout bounds how long a release keeps
-    /// trying to reach that server after the per-server wait gave up (see
-    /// [`per_server_timeout`](Self::per_server_timeout)); keep it well above
-    /// the per-server timeout.
+    /// Each backend's response timeout bounds how long one try of a release
+    /// keeps trying to reach that server after the per-server wait gave up
+    /// (see [`per_server_timeout`](Self::per_server_timeout)); keep it well
+    /// above the per-server timeout. A try that fails is repeated until
+    /// the lock's lease would have ended.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] with no server.
@@ -81,12 +104,13 @@ impl Redlock {
             servers: servers.into(),
             per_server_timeout: DEFAULT_PER_SERVER_TIMEOUT,
             retry_delay: Duration::from_millis(50),
+            tokens: Arc::default(),
         })
     }
 
     /// Connects to every URL, each with [`RedisConfig`]'s default response
-    /// timeout (2 s): how long a release keeps trying to reach a slow
-    /// server. Answers are waited for [`DEFAULT_PER_SERVER_TIMEOUT`].
+    /// timeout (2 s): how long one try of a release keeps trying to reach a
+    /// slow server. Answers are waited for [`DEFAULT_PER_SERVER_TIMEOUT`].
     ///
     /// # Errors
     /// A bad URL or a server that cannot be reached.
@@ -105,9 +129,9 @@ impl Redlock {
 
     /// Bound on each server's answer (default 50 ms); keep it far below the
     /// lease. A release whose wait it ends is still sent to that server, up
-    /// to the server's own response timeout.
+    /// to the server's own response timeout, and again while it fails.
     pub fn per_server_timeout(mut self, timeout: Duration) -> Self {
-        self.per_server_timeout = timeout.max(Duration::from_millis(1));
+        self.per_server_timeout = timeout.clamp(Duration::from_millis(1), crate::time::FOREVER);
         self
     }
 
@@ -116,7 +140,7 @@ impl Redlock {
     /// message of any server, so this bounds only how long a lost message
     /// or an attempt that lost a race costs.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay.max(Duration::from_millis(1));
+        self.retry_delay = delay.clamp(Duration::from_millis(1), crate::time::FOREVER);
         self
     }
 
@@ -125,11 +149,11 @@ impl Redlock {
         self.servers.len() / 2 + 1
     }
 
-    /// Runs `op` on every server at once, each bounded by the per-server
-    /// timeout, and waits for every answer.
+    /// Runs `op` on every server (with its index) at once, each bounded by
+    /// the per-server timeout, and waits for every answer.
     async fn on_all<T, F, Fut>(&self, op: F) -> Vec<Result<T>>
     where
-        F: Fn(RedisBackend) -> Fut,
+        F: Fn(usize, RedisBackend) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
         T: Send + 'static,
     {
@@ -148,7 +172,7 @@ impl Redlock {
         settled: impl Fn(&[Result<T>]) -> bool,
     ) -> Vec<Result<T>>
     where
-        F: Fn(RedisBackend) -> Fut,
+        F: Fn(usize, RedisBackend) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
         T: Send + 'static,
     {
@@ -156,11 +180,12 @@ impl Redlock {
         let mut pending: FuturesUnordered<_> = self
             .servers
             .iter()
-            .map(|server| {
+            .enumerate()
+            .map(|(i, server)| {
                 // A server's own response timeout already bounds the call
                 // unless ours is shorter: one timer per call, not two.
                 let bound = (timeout < server.timeout()).then_some(timeout);
-                let call = op(server.clone());
+                let call = op(i, server.clone());
                 async move {
                     match bound {
                         Some(bound) => tokio::time::timeout(bound, call)
@@ -207,6 +232,229 @@ impl Redlock {
                 answered,
                 needed: self.quorum(),
             })
+        }
+    }
+
+    fn tokens(&self) -> MutexGuard<'_, Tokens> {
+        self.tokens.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `token`'s lines, for commands about to send a lease of `lease`, and
+    /// the end of the lease the client counts (if it was granted).
+    fn lines(&self, token: &str, lease: Duration) -> (Arc<Lines>, Option<Instant>) {
+        let now = Instant::now();
+        // A command may reach its server up to the per-server wait later.
+        let ends = now + sum(lease, self.per_server_timeout);
+        let mut tokens = self.tokens();
+        if !tokens.live.contains_key(token) {
+            tokens.prune(now);
+        }
+        let sent = tokens.live.entry(token.into()).or_insert_with(|| Sent {
+            lines: Weak::new(),
+            counted: None,
+            ends,
+        });
+        sent.ends = sent.ends.max(ends);
+        let lines = sent.lines.upgrade().unwrap_or_else(|| {
+            let lines = Arc::new(Lines::new(self.servers.len()));
+            sent.lines = Arc::downgrade(&lines);
+            lines
+        });
+        (lines, sent.counted)
+    }
+
+    /// Notes that the client counts `token`'s lease until `until`.
+    fn count(&self, token: &str, until: Instant) {
+        if let Some(sent) = self.tokens().live.get_mut(token) {
+            sent.counted = Some(until);
+        }
+    }
+
+    /// Takes `token`'s record for its release: its lines, and the latest a
+    /// server may keep its key (`None` when nothing is known of it).
+    fn take(&self, token: &str) -> (Arc<Lines>, Option<Instant>) {
+        let sent = self.tokens().live.remove(token);
+        let lines = sent
+            .as_ref()
+            .and_then(|sent| sent.lines.upgrade())
+            .unwrap_or_else(|| Arc::new(Lines::new(self.servers.len())));
+        (lines, sent.map(|sent| sent.ends))
+    }
+
+    /// How long a command waits for its turn in a line before it is
+    /// dropped unsent: the per-server wait, or longer for one that retries
+    /// until `until`.
+    fn turn_bound(&self, until: Option<Instant>) -> Duration {
+        let left = until.map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        left.max(self.per_server_timeout)
+    }
+}
+
+/// One token's commands as this client sent them (see [`Redlock`]).
+#[derive(Debug, Default)]
+struct Tokens {
+    live: HashMap<Box<str>, Sent>,
+    /// Size at which the next new token first drops the records no
+    /// longer needed.
+    prune_at: usize,
+}
+
+impl Tokens {
+    /// Forgets the tokens with no command in their lines and no key a
+    /// server could still keep, when enough have gathered (amortized
+    /// constant time per token).
+    fn prune(&mut self, now: Instant) {
+        if self.live.len() < self.prune_at {
+            return;
+        }
+        self.live
+            .retain(|_, sent| sent.ends > now || sent.lines.strong_count() > 0);
+        self.prune_at = (2 * self.live.len()).max(64);
+    }
+}
+
+/// What was sent for one token.
+#[derive(Debug)]
+struct Sent {
+    /// Its line on each server, while a command waits or runs in it.
+    lines: Weak<Lines>,
+    /// The end of the lease the client counts, from the start of the
+    /// acquire or extend that granted it.
+    counted: Option<Instant>,
+    /// The latest a server may keep the key: the end of the longest lease
+    /// sent, from when it was sent, plus the per-server wait.
+    ends: Instant,
+}
+
+/// One token's line on each server: a tokio mutex, which hands its turn
+/// out in the order it was asked for.
+#[derive(Debug)]
+struct Lines(Box<[Arc<tokio::sync::Mutex<()>>]>);
+
+impl Lines {
+    fn new(servers: usize) -> Self {
+        Lines((0..servers).map(|_| Arc::default()).collect())
+    }
+}
+
+type Queued = Pin<Box<dyn Future<Output = OwnedMutexGuard<()>> + Send>>;
+
+/// A place in one server's line, taken when the command is made (before
+/// any task runs it), so the line's order is the order of the calls.
+struct Place {
+    _lines: Arc<Lines>,
+    turn: Turn,
+}
+
+enum Turn {
+    Now(OwnedMutexGuard<()>),
+    Queued(Queued),
+}
+
+/// Takes a place in server `server`'s line of `lines` now.
+fn place(lines: &Arc<Lines>, server: usize) -> Place {
+    let line = &lines.0[server];
+    // A free line has no one queued (a turn given back goes to the first
+    // in the queue), so taking it at once keeps the order.
+    if let Ok(turn) = line.clone().try_lock_owned() {
+        return Place {
+            _lines: lines.clone(),
+            turn: Turn::Now(turn),
+        };
+    }
+    let mut queued: Queued = Box::pin(line.clone().lock_owned());
+    // The first poll takes the turn or joins the queue; later polls keep
+    // that place (and register the waker of whoever awaits it).
+    let turn = match queued
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(turn) => Turn::Now(turn),
+        Poll::Pending => Turn::Queued(queued),
+    };
+    Place {
+        _lines: lines.clone(),
+        turn,
+    }
+}
+
+impl Place {
+    /// Runs `call` in its turn (held until `call` is answered or dropped),
+    /// waiting at most `bound` for it; a call whose turn did not come is
+    /// never sent.
+    async fn run<T>(self, bound: Duration, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let _turn = match self.turn {
+            Turn::Now(turn) => turn,
+            Turn::Queued(queued) => tokio::time::timeout(bound, queued)
+                .await
+                .map_err(|_| Error::Timeout(bound))?,
+        };
+        call.await
+    }
+}
+
+/// What became of one attempt's `SET` on one server, which its undo needs
+/// to know: still waiting for its turn, sent (the key may be ours),
+/// refused (another holder's key), or never sent.
+#[derive(Debug, Default)]
+struct SetState(AtomicU8);
+
+impl SetState {
+    const WAITING: u8 = 0;
+    const SENT: u8 = 1;
+    const REFUSED: u8 = 2;
+    const UNSENT: u8 = 3;
+
+    fn note(&self, state: u8) {
+        self.0.store(state, Ordering::Release);
+    }
+
+    /// Whether the `SET` is known to have set nothing.
+    fn nothing_to_undo(&self) -> bool {
+        matches!(self.0.load(Ordering::Acquire), Self::REFUSED | Self::UNSENT)
+    }
+}
+
+/// Notes a `SET` that ends (answered, timed out or dropped) while still
+/// waiting for its turn as never sent.
+struct Unsent<'a>(&'a SetState);
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.0.compare_exchange(
+            SetState::WAITING,
+            SetState::UNSENT,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+/// First pause before a release or undo that failed on a server is sent
+/// again; each further pause doubles, up to [`RESEND_MAX`].
+const RESEND_FIRST: Duration = Duration::from_millis(10);
+const RESEND_MAX: Duration = Duration::from_secs(1);
+
+/// Sends what `send` makes until the server answers, or until another
+/// try could only end after `until` (when the key it removes has expired
+/// anyway). It is idempotent: a compare-and-delete by token.
+async fn until_answered<T, F, Fut>(until: Instant, send: F) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut pause = RESEND_FIRST;
+    loop {
+        match send().await {
+            Ok(answer) => return Ok(answer),
+            Err(error) if Instant::now() + pause >= until => return Err(error),
+            Err(error) => {
+                tracing::debug!(%error, ?pause, "a Redlock release did not reach a server; sending it again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RESEND_MAX);
+            }
         }
     }
 }
@@ -266,11 +514,28 @@ impl LockBackend for Redlock {
         let (name, token, lease) = (request.name, request.token, request.lease);
         let waits = request.waits;
         let quorum = self.quorum();
+        let (lines, _) = self.lines(token, lease);
+        let bound = self.per_server_timeout;
+        let sets: Arc<[SetState]> = self.servers.iter().map(|_| SetState::default()).collect();
         let results = self
             .on_all_until(
-                |server| {
-                    let (name, token) = (name.clone(), token.to_owned());
-                    async move { server.set_nx_px(&name, &token, lease, waits).await }
+                |i, server| {
+                    let (name, token, sets) = (name.clone(), token.to_owned(), sets.clone());
+                    let place = place(&lines, i);
+                    async move {
+                        let set = &sets[i];
+                        let _unsent = Unsent(set);
+                        place
+                            .run(bound, async {
+                                set.note(SetState::SENT);
+                                let attempt = server.set_nx_px(&name, &token, lease, waits).await;
+                                if matches!(attempt, Ok(Attempt::Busy { .. })) {
+                                    set.note(SetState::REFUSED);
+                                }
+                                attempt
+                            })
+                            .await
+                    }
                 },
                 // Settled once a majority granted it, or a majority refused.
                 |results| {
@@ -294,15 +559,39 @@ impl LockBackend for Redlock {
             .lease
             .checked_sub(started.elapsed() + self.clock_drift(request.lease));
         if taken >= self.quorum() && validity.is_some_and(|v| !v.is_zero()) {
+            self.count(token, started + lease);
             return Ok(Attempt::Acquired { fence: None });
         }
         // Not ours: undo everywhere, including servers whose answer was lost
         // or not awaited, without waking waiters (a failed attempt frees
-        // nothing that another attempt could get).
+        // nothing that another attempt could get). Each undo runs after
+        // its server's `SET` and before anything sent later for this token
+        // (the next attempt's `SET`), and is sent again while it fails,
+        // until the attempt's keys would have expired anyway. A `SET` that
+        // was refused, or never went out, has nothing to undo.
+        let until = started + sum(lease, bound);
+        let wait = self.turn_bound(Some(until));
         let _ = self
-            .on_all(|server| {
-                let (name, token) = (name.clone(), token.to_owned());
-                detached(async move { server.release_plain_whole(&name, &token, false).await })
+            .on_all(|i, server| {
+                if sets[i].nothing_to_undo() {
+                    return Either::Left(std::future::ready(Ok(false)));
+                }
+                let (name, token, sets) = (name.clone(), token.to_owned(), sets.clone());
+                let place = place(&lines, i);
+                Either::Right(detached(async move {
+                    place
+                        .run(wait, async {
+                            // In line after the `SET`: now its fate is known.
+                            if sets[i].nothing_to_undo() {
+                                return Ok(false);
+                            }
+                            until_answered(until, || {
+                                server.release_plain_whole(&name, &token, false)
+                            })
+                            .await
+                        })
+                        .await
+                }))
             })
             .await;
         let answered = results.iter().filter(|r| r.is_ok()).count();
@@ -324,11 +613,28 @@ impl LockBackend for Redlock {
 
     async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
         plain_only(kind)?;
+        // After everything sent for this token, on every server; sent again
+        // to a server where it fails (an error says nothing of the key
+        // there, whatever the majority said) until the server answers or
+        // the longest lease sent would have ended.
+        let (lines, ends) = self.take(token);
+        let until = ends.unwrap_or_else(Instant::now);
+        let wait = self.turn_bound(ends);
         let results = self
             .on_all_until(
-                |server| {
+                |i, server| {
                     let (name, token) = (name.clone(), token.to_owned());
-                    detached(async move { server.release_plain_whole(&name, &token, true).await })
+                    let place = place(&lines, i);
+                    detached(async move {
+                        place
+                            .run(wait, async {
+                                until_answered(until, || {
+                                    server.release_plain_whole(&name, &token, true)
+                                })
+                                .await
+                            })
+                            .await
+                    })
                 },
                 |results| self.majority(results),
             )
@@ -338,22 +644,54 @@ impl LockBackend for Redlock {
 
     async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
         plain_only(kind)?;
+        let started = Instant::now();
+        let (lines, counted) = self.lines(token, lease);
+        let bound = self.per_server_timeout;
         let results = self
             .on_all_until(
-                |server| {
+                |i, server| {
                     let (name, token) = (name.clone(), token.to_owned());
-                    async move { server.extend(kind, &name, &token, lease).await }
+                    place(&lines, i).run(bound, async move {
+                        server.extend(kind, &name, &token, lease).await
+                    })
                 },
                 |results| self.majority(results),
             )
             .await;
-        self.tally(&results)
+        let extended = self.tally(&results);
+        if matches!(extended, Ok(true)) {
+            self.count(token, started + lease);
+            return extended;
+        }
+        // Not counted, but some servers may have taken it: set every server
+        // back to the lease the client still counts (none left: gone), in
+        // line after the extend, so none keeps the key longer than that.
+        if let Some(counted) = counted {
+            let wait = self.turn_bound(None);
+            for (i, server) in self.servers.iter().enumerate() {
+                let (server, name, token) = (server.clone(), name.clone(), token.to_owned());
+                let place = place(&lines, i);
+                drop(detached(async move {
+                    place
+                        .run(wait, async {
+                            match counted.checked_duration_since(Instant::now()) {
+                                Some(left) if !left.is_zero() => {
+                                    server.extend(kind, &name, &token, left).await
+                                }
+                                _ => server.release_plain_whole(&name, &token, true).await,
+                            }
+                        })
+                        .await
+                }));
+            }
+        }
+        extended
     }
 
     async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
         plain_only(kind)?;
         let results = self
-            .on_all(|server| {
+            .on_all(|_, server| {
                 let name = name.clone();
                 async move { server.force_release(kind, &name).await }
             })
@@ -369,7 +707,7 @@ impl LockBackend for Redlock {
     async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
         plain_only(kind)?;
         let results = self
-            .on_all(|server| {
+            .on_all(|_, server| {
                 let name = name.clone();
                 async move { server.inspect(kind, &name).await }
             })
