@@ -127,6 +127,13 @@ impl From<redis::RedisError> for Error {
     fn from(error: redis::RedisError) -> Self {
         match error.code() {
             Some("NOREPLICAS") => Error::NoReplicas,
+            // Redis 6.2.7 to 6.2.x refuse a script's write the same way,
+            // but wrap it: `ERR Error running script (call to f_...):
+            // @user_script:8: @user_script: 8: -NOREPLICAS Not enough good
+            // replicas to write.` (7.0 and later keep the code).
+            Some("ERR") if error.detail().is_some_and(|d| d.contains(": -NOREPLICAS ")) => {
+                Error::NoReplicas
+            }
             code => {
                 let code = code.map(str::to_owned);
                 Error::Backend(BackendError::new(error, code))
@@ -173,6 +180,32 @@ mod tests {
         match Error::invalid_name(&name, "too long") {
             Error::InvalidName { name, .. } => assert_eq!(name.len(), 64),
             other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// `NOREPLICAS` as Redis 7 sends it, and as Redis 6.2.7 to 6.2.x wrap
+    /// it when a script's write is refused.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn noreplicas_is_typed_however_the_server_words_it() {
+        let parse = |reply: &str| match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(redis::Value::ServerError(error)) => Error::from(redis::RedisError::from(error)),
+            other => panic!("{reply:?} parsed as {other:?}"),
+        };
+        for reply in [
+            "-NOREPLICAS Not enough good replicas to write.\r\n",
+            "-NOREPLICAS Not enough good replicas to write. script: 0a1b, on @user_script:8.\r\n",
+            "-ERR Error running script (call to f_0a1b): @user_script:8: @user_script: 8: \
+             -NOREPLICAS Not enough good replicas to write.\r\n",
+        ] {
+            assert!(matches!(parse(reply), Error::NoReplicas), "{reply}");
+        }
+        for reply in [
+            "-ERR Error running script (call to f_0a1b): @user_script:3: user_script:3: \
+             attempt to compare nil with number\r\n",
+            "-ERR unknown command 'NOREPLICAS'\r\n",
+        ] {
+            assert!(matches!(parse(reply), Error::Backend(_)), "{reply}");
         }
     }
 

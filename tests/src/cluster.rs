@@ -13,7 +13,7 @@
 //! cluster.failover(replica, lock_tests::cluster::Failover::Graceful);
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -36,24 +36,40 @@ pub enum Failover {
     Takeover,
 }
 
-/// `redis-cli`: beside `redis-server`, or on `PATH`.
+/// The cluster-making client: the one beside the server binary first (the
+/// Redis 5.0.7 wheel ships its `redis-cli` beside its `redis-server`;
+/// Debian's `valkey-server` has `valkey-cli`), then one on `PATH`. Any
+/// `redis-cli` or `valkey-cli` of 5.0 or later makes a cluster of any of
+/// those servers: `--cluster create` speaks only commands Redis 5.0 has.
 ///
 /// # Panics
 /// When there is none, with a hint.
 pub fn cli_binary() -> PathBuf {
-    let beside = server_binary().with_file_name("redis-cli");
-    if beside.is_file() {
-        return beside;
-    }
-    std::env::var_os("PATH")
+    let server = server_binary();
+    let valkey = server
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with("valkey"));
+    let names = if valkey {
+        ["valkey-cli", "redis-cli"]
+    } else {
+        ["redis-cli", "valkey-cli"]
+    };
+    let path: Vec<PathBuf> = std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("redis-cli"))
+        .collect();
+    let dirs = server
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(path);
+    dirs.flat_map(|dir| names.map(|name| dir.join(name)))
         .find(|p| p.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "redis-cli was not found; install it (Debian/Ubuntu: `apt-get install redis-tools`) \
-                 or run `scripts/test`, which does"
+                "redis-cli was not found beside {} or on PATH; install it (Debian/Ubuntu: \
+                 `apt-get install redis-tools`) or run `scripts/test`, which does",
+                server.display()
             )
         })
 }

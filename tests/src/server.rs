@@ -277,6 +277,37 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("cannot connect to redis on {}: {e}", self.port))
     }
 
+    /// The server's version as `INFO server` reports it (`redis_version`;
+    /// Valkey reports the Redis version it matches there, 7.2.4 for Valkey
+    /// 8): `(major, minor, patch)`, for tests whose right outcome depends
+    /// on it.
+    ///
+    /// # Panics
+    /// When the server does not answer or does not say.
+    pub fn version(&self) -> (u32, u32, u32) {
+        let text = self.version_text();
+        let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) => (major, minor, patch),
+            _ => panic!("redis_version {text:?} is not major.minor.patch"),
+        }
+    }
+
+    /// The `redis_version` of `INFO server`, as the server words it.
+    ///
+    /// # Panics
+    /// When the server does not answer or does not say.
+    pub fn version_text(&self) -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut self.connection())
+            .unwrap_or_else(|e| panic!("INFO server on port {}: {e}", self.port));
+        info.lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("no redis_version in INFO server: {info}"))
+    }
+
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
