@@ -63,15 +63,19 @@ impl SentinelSet {
         wait_until(Duration::from_secs(30), "the replica in sync", || {
             info(&set.servers[1], "replication", "master_link_status").as_deref() == Some("up")
         });
+        // Known, and looked at: a Sentinel that merely lists the replica
+        // may still refuse a failover (NOGOODSLAVE on Sentinel 5.0) until
+        // it has connected to it and seen its link to the master up.
+        // (`SLAVES`: the name every Sentinel version answers to.)
         wait_until(
             Duration::from_secs(30),
-            "the Sentinel knows the replica",
+            "the Sentinel knows the replica and its link",
             || {
                 redis::cmd("SENTINEL")
-                    .arg("REPLICAS")
+                    .arg("SLAVES")
                     .arg(MASTER_NAME)
-                    .query::<Vec<redis::Value>>(&mut set.sentinel.connection())
-                    .is_ok_and(|replicas| !replicas.is_empty())
+                    .query::<Vec<Vec<String>>>(&mut set.sentinel.connection())
+                    .is_ok_and(|replicas| replicas.iter().any(|fields| replica_ready(fields)))
             },
         );
         set
@@ -126,4 +130,18 @@ impl SentinelSet {
             },
         );
     }
+}
+
+/// Whether a replica, as `SENTINEL SLAVES` describes it (field, value,
+/// ...), is one the Sentinel would promote: flagged a plain replica and
+/// linked to its master.
+fn replica_ready(fields: &[String]) -> bool {
+    let field = |name: &str| {
+        fields
+            .chunks(2)
+            .find(|pair| pair[0] == name)
+            .and_then(|pair| pair.get(1))
+            .map(String::as_str)
+    };
+    field("flags") == Some("slave") && field("master-link-status") == Some("ok")
 }
