@@ -48,11 +48,15 @@ pub enum Error {
     /// Redis answered with something a script of ours never returns.
     #[error("unexpected reply from backend: {0}")]
     UnexpectedReply(String),
-    /// A write was made on the master, but fewer replicas than asked for
-    /// confirmed it in time (see
-    /// [`RedisBackend::sync_replicas`](crate::backend::RedisBackend::sync_replicas)).
-    /// A lock or permit taken this way has been released again; a stock
-    /// change stays made (retry it with the same operation or order id).
+    /// Fewer replicas than asked for confirmed a synced write in time (see
+    /// [`RedisBackend::sync_replicas`](crate::backend::RedisBackend::sync_replicas)):
+    /// the write was made on the master, or — when the connection dropped
+    /// while the write waited for its replicas (a master demoted under
+    /// `WAIT` closes it) — its outcome is unknown. Either way it may stand
+    /// on the master and may be lost by a failover. A lock or permit taken
+    /// this way has been given back; a stock change may stand: retry it
+    /// with the same operation or order id, which replays its first
+    /// outcome (one without an id is not safe to send again).
     #[error("only {acknowledged} of {needed} replicas confirmed the write in time")]
     NotReplicated {
         /// Replicas that confirmed it.

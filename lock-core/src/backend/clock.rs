@@ -45,7 +45,12 @@ impl ManualClock {
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        self.unix_ns.fetch_add(by, Ordering::SeqCst);
+        // Saturating: `Duration::MAX` moves the clock to its end, not round.
+        let _ = self
+            .unix_ns
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |ns| {
+                Some(ns.saturating_add(by))
+            });
     }
 
     /// Sets the clock to `to`.

@@ -158,7 +158,7 @@ where
     ///   granting a lock a failover could grant twice. A renewal that fewer
     ///   replicas confirmed does not count: the guard keeps the lease it
     ///   had, and loses it if no renewal is confirmed in time.
-    /// * A stock change that fewer replicas confirmed stays made on the
+    /// * A stock change that fewer replicas confirmed may stand on the
     ///   master, and fails with [`Error::NotReplicated`]: retry it with the
     ///   same operation or order id, which replays its first outcome.
     /// * A server whose `min-replicas-to-write` is not met refuses the write

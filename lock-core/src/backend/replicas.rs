@@ -23,7 +23,7 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 use tokio::sync::Semaphore;
 
-use super::script::{Invocation, no_script};
+use super::script::Invocation;
 use crate::error::{Error, Result};
 
 /// How many replicas must confirm a write, and how long to wait for them.
@@ -64,8 +64,10 @@ impl<C: ConnectionLike + Send + 'static> Dedicated<C> {
     }
 
     /// Runs `call` and then `WAIT` on a connection of the pool: the
-    /// script's answer and how many replicas confirmed it. `EVAL` of the
-    /// text follows when the server does not have the script.
+    /// script's answer and how many replicas confirmed it. The script goes
+    /// as `EVAL` with its text, never `EVALSHA`: a `WAIT` pipelined after
+    /// an `EVALSHA` the server answers with `NOSCRIPT` would still wait the
+    /// whole sync timeout before the `EVAL` could be sent.
     pub(crate) async fn write<T: FromRedisValue>(
         &self,
         call: &Invocation<'_>,
@@ -85,37 +87,24 @@ impl<C: ConnectionLike + Send + 'static> Dedicated<C> {
         let timeout_ms = u64::try_from(sync.timeout.min(crate::time::FOREVER).as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let mut answer = None;
-        for whole in [false, true] {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors()
-                .add_command(call.cmd(sharded, whole))
-                .cmd("WAIT")
-                .arg(sync.replicas)
-                .arg(timeout_ms);
-            // A connection that failed or timed out is dropped here, never
-            // put back: what it answers next is no one's.
-            let values: Vec<Value> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|error| failed(error, sync))?;
-            let [script, wait] = <[Value; 2]>::try_from(values)
-                .map_err(|v| Error::UnexpectedReply(format!("a synced write answered {v:?}")))?;
-            match script {
-                Value::ServerError(error) if !whole && error.code() == "NOSCRIPT" => continue,
-                Value::ServerError(error) => {
-                    let error = redis::RedisError::from(error);
-                    debug_assert!(!no_script(&error) || whole);
-                    self.idle.lock().push(conn);
-                    return Err(error.into());
-                }
-                script => answer = Some((script, wait)),
-            }
-            break;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .add_command(call.cmd(sharded, true))
+            .cmd("WAIT")
+            .arg(sync.replicas)
+            .arg(timeout_ms);
+        // A connection that failed or timed out is dropped here, never put
+        // back: what it answers next is no one's.
+        let values: Vec<Value> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|error| failed(error, sync))?;
+        let [script, wait] = <[Value; 2]>::try_from(values)
+            .map_err(|v| Error::UnexpectedReply(format!("a synced write answered {v:?}")))?;
+        if let Value::ServerError(error) = script {
+            self.idle.lock().push(conn);
+            return Err(redis::RedisError::from(error).into());
         }
-        let Some((script, wait)) = answer else {
-            return Err(Error::UnexpectedReply("no answer to a synced write".into()));
-        };
         let acknowledged = match wait {
             // The master was demoted (or its clients paused) while it
             // waited: nothing is confirmed, and Redis closes the
@@ -136,9 +125,9 @@ impl<C: ConnectionLike + Send + 'static> Dedicated<C> {
 /// demoted while it waits for its replicas answers `-UNBLOCKED` and closes
 /// the connection, which redis-rs may report as the connection dropped
 /// before it hands over the answers: either way no replica confirmed the
-/// write, which may stay made on the master (as [`Error::NotReplicated`]
-/// says). A connection's own response timeout is the crate's typed
-/// timeout.
+/// write, which may or may not stand on the master (as
+/// [`Error::NotReplicated`] says: its outcome is unknown). A connection's
+/// own response timeout is the crate's typed timeout.
 fn failed(error: redis::RedisError, sync: SyncReplicas) -> Error {
     if error.is_timeout() {
         Error::Timeout(sync.timeout)

@@ -165,7 +165,11 @@ impl SentinelConnection {
         {
             return Ok((generation, conn.clone()));
         }
-        let conn = ConnectionManager::new_with_config(client, self.shared.manager.clone()).await?;
+        // A connection of its own carries synced writes, whose `WAIT` may
+        // rightly take the whole sync timeout: they are bounded as a whole
+        // (see `RedisBackend::invoke_write`), not by the response timeout.
+        let manager = self.shared.manager.clone().set_response_timeout(None);
+        let conn = ConnectionManager::new_with_config(client, manager).await?;
         *own = Some((generation, conn.clone()));
         Ok((generation, conn))
     }

@@ -21,6 +21,11 @@ if holder == token then
   -- Handed over to us while this attempt was on its way, or its message was
   -- lost. The lease counts from now, after the caller sent this attempt.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- Its record (an owner's acquisitions, its fencing token) lives as
+  -- long as the lock.
+  if redis.call('HGET', KEYS[7], 'holding') == token then
+    redis.call('PEXPIRE', KEYS[7], ARGV[2])
+  end
   if ARGV[3] == '1' and not granted_fence(token) then
     -- Not recorded (granted without a fencing token): record it now.
     redis.call('HSET', KEYS[7], 'holding', token)

@@ -263,6 +263,18 @@ impl Redlock {
         (lines, sent.counted)
     }
 
+    /// Forgets `token` if none of its leases is counted by the client.
+    fn forget(&self, token: &str) {
+        let mut tokens = self.tokens();
+        if tokens
+            .live
+            .get(token)
+            .is_some_and(|sent| sent.counted.is_none())
+        {
+            tokens.live.remove(token);
+        }
+    }
+
     /// Notes that the client counts `token`'s lease until `until`.
     fn count(&self, token: &str, until: Instant) {
         if let Some(sent) = self.tokens().live.get_mut(token) {
@@ -436,24 +448,46 @@ impl Drop for Unsent<'_> {
 /// again; each further pause doubles, up to [`RESEND_MAX`].
 const RESEND_FIRST: Duration = Duration::from_millis(10);
 const RESEND_MAX: Duration = Duration::from_secs(1);
+/// How often a release or undo is sent to one server at most: enough to
+/// outlast a reconnect (about 2.3 s of pauses), few enough that a server
+/// that stays down does not gather a task per attempt for a whole lease.
+/// A key such a server still holds when it comes back expires with its
+/// lease.
+const RESEND_TRIES: u32 = 8;
 
-/// Sends what `send` makes until the server answers, or until another
-/// try could only end after `until` (when the key it removes has expired
-/// anyway). It is idempotent: a compare-and-delete by token.
+/// Whether `error` says the connection could not be made at all: the
+/// command never left.
+fn refused(error: &Error) -> bool {
+    match error {
+        Error::Backend(error) => std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<redis::RedisError>())
+            .is_some_and(redis::RedisError::is_connection_refusal),
+        _ => false,
+    }
+}
+
+/// Sends what `send` makes until the server answers, at most
+/// [`RESEND_TRIES`] times, and not once another try could only end after
+/// `until` (when the key it removes has expired anyway). It is
+/// idempotent: a compare-and-delete by token.
 async fn until_answered<T, F, Fut>(until: Instant, send: F) -> Result<T>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
     let mut pause = RESEND_FIRST;
+    let mut tries = 1;
     loop {
         match send().await {
             Ok(answer) => return Ok(answer),
-            Err(error) if Instant::now() + pause >= until => return Err(error),
+            Err(error) if tries >= RESEND_TRIES || Instant::now() + pause >= until => {
+                return Err(error);
+            }
             Err(error) => {
                 tracing::debug!(%error, ?pause, "a Redlock release did not reach a server; sending it again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(RESEND_MAX);
+                tries += 1;
             }
         }
     }
@@ -529,8 +563,11 @@ impl LockBackend for Redlock {
                             .run(bound, async {
                                 set.note(SetState::SENT);
                                 let attempt = server.set_nx_px(&name, &token, lease, waits).await;
-                                if matches!(attempt, Ok(Attempt::Busy { .. })) {
-                                    set.note(SetState::REFUSED);
+                                match &attempt {
+                                    Ok(Attempt::Busy { .. }) => set.note(SetState::REFUSED),
+                                    // No connection: the `SET` never left.
+                                    Err(error) if refused(error) => set.note(SetState::UNSENT),
+                                    _ => {}
                                 }
                                 attempt
                             })
@@ -594,6 +631,12 @@ impl LockBackend for Redlock {
                 }))
             })
             .await;
+        // Nothing of this attempt can be left on any server: forget the
+        // token (a later attempt with it records it again), so refused
+        // attempts do not gather records for their whole lease.
+        if sets.iter().all(SetState::nothing_to_undo) {
+            self.forget(token);
+        }
         let answered = results.iter().filter(|r| r.is_ok()).count();
         if answered < self.quorum() {
             return Err(Error::NoQuorum {
