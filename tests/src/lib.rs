@@ -2,7 +2,9 @@
 //! conformance suites every backend must pass ([`mod@lock_suite`],
 //! [`mod@rate_suite`], [`mod@counter_suite`],
 //! [`mod@kinds_suite`]), network latency on loopback
-//! ([`latency::DelayProxy`]), and helpers for end-to-end tests.
+//! ([`latency::DelayProxy`]), network faults ([`fault_proxy::FaultProxy`]), a
+//! history recorder and checker for fault tests ([`history`]), and helpers
+//! for end-to-end tests.
 //!
 //! ```no_run
 //! use lock_tests::RedisServer;
@@ -17,8 +19,10 @@
 pub mod cluster;
 pub mod counter_suite;
 pub mod fair_reentrant_suite;
+pub mod fault_proxy;
 pub mod features_suite;
 pub mod guarantees_suite;
+pub mod history;
 pub mod http;
 pub mod kinds_suite;
 pub mod latency;
