@@ -49,13 +49,8 @@ impl View {
         if let Some(peer) = request.peer_addr() {
             extensions.insert(peer);
         }
-        // Known once a resource matched (not yet in `App::wrap` middleware).
-        if let Some(pattern) = request.match_pattern() {
-            let params = request
-                .match_info()
-                .iter()
-                .map(|(name, value)| (name.to_owned(), value.to_owned()));
-            extensions.insert(RouteParams::new(Some(pattern), params));
+        if let Some(route) = route_params(request) {
+            extensions.insert(route);
         }
         // A server-side request is almost always in origin form: the path
         // and query are the whole URI, and parse without formatting.
@@ -76,6 +71,53 @@ impl View {
     pub(crate) fn parts(&self) -> RequestParts<'_> {
         RequestParts::from_pieces(&self.method, &self.uri, &self.headers, &self.extensions)
     }
+}
+
+/// The route `request` matched and its parameters, each decoded as
+/// actix-web's own `web::Path` hands it to handlers, so that a key is what
+/// the handler sees.
+///
+/// actix-web's router decodes the path once (keeping `%25`, `%2F` and
+/// `%2B` encoded) and makes a value that is not UTF-8 lossy, so that every
+/// such value reads `\u{FFFD}`; `web::Path` decodes the rest. Both are done
+/// here, and a value that is not UTF-8 is marked so rather than keyed by
+/// its lossy copy.
+fn route_params(request: &HttpRequest) -> Option<RouteParams> {
+    // actix-web finds the pattern in its resource map even before routing,
+    // in `App::wrap` middleware; the parameters only exist once a resource
+    // or scope matched and consumed (some of) the path.
+    let pattern = request.match_pattern();
+    let info = request.match_info();
+    if info.unprocessed().len() == info.as_str().len() {
+        return pattern.map(|pattern| RouteParams::before_routing(Some(pattern)));
+    }
+    pattern.as_ref()?;
+    // Whether the router replaced bytes that are not UTF-8: only then may a
+    // U+FFFD in a value be its doing rather than the client's.
+    let lossy = || percent_decode(request.uri().path()).is_err();
+    let mut not_utf8 = Vec::new();
+    let mut params = Vec::with_capacity(info.segment_count());
+    for (name, value) in info.iter() {
+        match percent_decode(value) {
+            Ok(value) if !(value.contains('\u{FFFD}') && lossy()) => {
+                params.push((name.to_owned(), value));
+            }
+            _ => {
+                not_utf8.push(name.to_owned());
+                params.push((name.to_owned(), String::new()));
+            }
+        }
+    }
+    Some(RouteParams::new(pattern, params).not_utf8(not_utf8))
+}
+
+/// `text` with every `%XX` escape decoded (a `%` not followed by two hex
+/// digits is kept as it is, as actix-web and axum keep it); `Err` when the
+/// result is not UTF-8.
+fn percent_decode(text: &str) -> Result<String, std::str::Utf8Error> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
 }
 
 fn copy_headers(from: &http::HeaderMap, to: &mut actix_web::http::header::HeaderMap) {
@@ -115,4 +157,21 @@ pub(crate) fn to_actix(response: http::Response<Bytes>) -> HttpResponse {
     let mut out = HttpResponse::build(status).body(body);
     copy_headers(&parts.headers, out.headers_mut());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decoding_is_one_pass_and_strict() {
+        assert_eq!(percent_decode("a%2Fb").as_deref(), Ok("a/b"));
+        // One pass: `%25` becomes `%`, and what follows stays.
+        assert_eq!(percent_decode("a%252Fb").as_deref(), Ok("a%2Fb"));
+        assert_eq!(percent_decode("%C3%A9").as_deref(), Ok("é"));
+        assert_eq!(percent_decode("100%").as_deref(), Ok("100%"));
+        assert_eq!(percent_decode("%zz%4").as_deref(), Ok("%zz%4"));
+        assert!(percent_decode("%FF").is_err());
+        assert!(percent_decode("%C3").is_err());
+    }
 }

@@ -9,11 +9,14 @@
 //! * the layers of lock-tower, which configure everything:
 //!   [`RateLimitLayer`], [`LockLayer`], [`ConcurrencyLimitLayer`], and
 //!   the key extractors in [`key`];
-//! * middleware in actix-web's own shape (a [`Transform`](actix_web::dev::Transform),
-//!   a [`Service`](actix_web::dev::Service), a boxed future), made from
+//! * middleware in actix-web's own shape (a
+//!   [`Transform`](https://docs.rs/actix-web/4/actix_web/dev/trait.Transform.html),
+//!   a [`Service`](https://docs.rs/actix-web/4/actix_web/dev/trait.Service.html),
+//!   a boxed future), made from
 //!   those layers: [`RateLimitMiddleware`] and [`LockMiddleware`] (which
 //!   can hold its lock until the body has been sent);
-//! * extractors ([`FromRequest`](actix_web::FromRequest)): [`Locked`]
+//! * extractors
+//!   ([`FromRequest`](https://docs.rs/actix-web/4/actix_web/trait.FromRequest.html)): [`Locked`]
 //!   holds a per-route lock for the handler's lifetime, [`RateLimited`]
 //!   refuses over-limit requests with the layer's 429, [`RateDecision`]
 //!   hands the decision to the handler. They read their configuration from
@@ -22,15 +25,24 @@
 //!
 //! Statuses, headers, key extractors and failure policies match the
 //! tower/axum side. Refusals are [`Rejection`]s, which implement
-//! [`ResponseError`](actix_web::ResponseError). Locks are released on the
+//! [`ResponseError`](https://docs.rs/actix-web/4/actix_web/trait.ResponseError.html).
+//! Locks are released on the
 //! actix worker's own runtime when their guard drops, also when a client
 //! disconnects and actix drops the handler.
 //!
-//! Keys from the matched route ([`key::PathParam`],
-//! [`key::MatchedRoute`]) are known in extractors and in middleware on a
-//! resource or scope (`web::resource(..).wrap`), not in `App::wrap`
-//! middleware, which runs before routing (it answers 500 and logs the fix
-//! once).
+//! Path parameters ([`key::PathParam`]) are known in extractors and in
+//! middleware on a resource or scope (`web::resource(..).wrap`), not in
+//! `App::wrap` middleware, which runs before routing: there it answers 500
+//! with the fix in the body, and logs the fix once at `warn`. Each value
+//! is percent-decoded as actix-web's `web::Path` decodes it; one that is
+//! empty or not UTF-8 is refused with 400, never keyed by a lossy copy.
+//! [`key::MatchedRoute`] works in both places.
+//!
+//! The examples on the re-exported items are written with lock-axum's
+//! paths (`lock_axum::rate::Quota`), but for those of the locks and the
+//! backends, written for lock-core (`lock_core::lock::Lock`): this crate
+//! has every one of them at the same path, `lock_actix::rate::Quota`,
+//! `lock_actix::lock::Lock`.
 
 mod body;
 mod convert;
@@ -59,11 +71,13 @@ pub mod prelude {
     #[cfg(feature = "redis")]
     pub use crate::backend::{ClusterBackend, RedisBackend, SentinelBackend};
     pub use crate::counter::{Purchase, Stock};
-    pub use crate::key::{ClientIp, GlobalKey, HeaderKey, MatchedRoute, PathParam, PeerIp};
+    pub use crate::key::{
+        ClientIp, GlobalKey, HeaderKey, MatchedRoute, PathKey, PathParam, PeerIp,
+    };
     pub use crate::lock::{Lock, LockOptions, Semaphore};
     pub use crate::rate::{Algorithm, Policy, Quota, RateLimiter};
     pub use crate::{
-        ConcurrencyLimitLayer, LockLayer, LockMiddleware, Locked, OnBackendFailure, RateDecision,
-        RateLimitLayer, RateLimitMiddleware, RateLimited, RouteLock, RouteRateLimit,
+        ConcurrencyLimitLayer, LockLayer, LockMiddleware, Locked, MissingKey, OnBackendFailure,
+        RateDecision, RateLimitLayer, RateLimitMiddleware, RateLimited, RouteLock, RouteRateLimit,
     };
 }

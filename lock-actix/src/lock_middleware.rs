@@ -22,10 +22,11 @@ use crate::convert::{View, to_actix};
 /// been sent with [`LockLayer::hold_until_body_sent`], and released at
 /// once if the client goes away.
 ///
-/// A key from the matched route ([`PathParam`](lock_tower::key::PathParam),
-/// [`MatchedRoute`](lock_tower::key::MatchedRoute)) needs the middleware
-/// on the resource or scope (`web::resource(..).wrap`,
-/// `web::scope(..).wrap`): `App::wrap` runs before routing.
+/// A key from a path parameter ([`PathParam`](lock_tower::key::PathParam))
+/// needs the middleware on the resource or scope (`web::resource(..).wrap`,
+/// `web::scope(..).wrap`): `App::wrap` runs before routing, where the
+/// parameters are not known yet, and answers every request 500 with the
+/// fix.
 #[derive(Clone, Debug)]
 pub struct LockMiddleware(SharedLock);
 

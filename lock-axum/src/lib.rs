@@ -12,19 +12,25 @@
 //!   [`Locked`] holds a per-route lock for the handler's lifetime,
 //!   [`RateLimited`] refuses over-limit requests with the layer's 429,
 //!   [`RateDecision`] hands the decision to the handler. They read their
-//!   configuration from the router state through [`FromRef`](axum::extract::FromRef):
+//!   configuration from the router state through axum's
+//!   [`FromRef`](https://docs.rs/axum/0.8/axum/extract/trait.FromRef.html):
 //!   a [`RouteLock`] for [`Locked`], a [`RouteRateLimit`] for the other
 //!   two; a marker type tells several configurations of one router apart.
 //!
 //! Rejections answer with the same statuses and headers as the layers.
+//!
+//! The examples on the re-exported items are written with this crate's
+//! paths (`lock_axum::rate::Quota`), but for those of the locks and the
+//! backends, written for lock-core: what they call `lock_core::lock::Lock`
+//! is `lock_axum::lock::Lock` here, every other path the same way.
 //!
 //! # Serve with connect info
 //!
 //! [`key::PeerIp`] (and [`key::ClientIp`]) read the client's address from
 //! axum's `ConnectInfo`, which axum only records when the app is served
 //! with `into_make_service_with_connect_info::<SocketAddr>()`. Served
-//! without it, every request has no key: the layers answer 500 and log,
-//! once, at `warn`, how to fix it.
+//! without it, every request has no key: the layers answer 500 with the
+//! fix in the body, and log the fix once at `warn`.
 //!
 //! # Several configurations per router
 //!
@@ -86,11 +92,13 @@ pub mod prelude {
     #[cfg(feature = "redis")]
     pub use crate::backend::{ClusterBackend, RedisBackend, SentinelBackend};
     pub use crate::counter::{Purchase, Stock};
-    pub use crate::key::{ClientIp, GlobalKey, HeaderKey, MatchedRoute, PathParam, PeerIp};
+    pub use crate::key::{
+        ClientIp, GlobalKey, HeaderKey, MatchedRoute, PathKey, PathParam, PeerIp,
+    };
     pub use crate::lock::{Lock, LockOptions, Semaphore};
     pub use crate::rate::{Algorithm, Policy, Quota, RateLimiter};
     pub use crate::{
-        ConcurrencyLimitLayer, LockLayer, Locked, OnBackendFailure, RateDecision, RateLimitLayer,
-        RateLimited, RouteLock, RouteRateLimit,
+        ConcurrencyLimitLayer, LockLayer, Locked, MissingKey, OnBackendFailure, RateDecision,
+        RateLimitLayer, RateLimited, RouteLock, RouteRateLimit,
     };
 }

@@ -112,6 +112,14 @@ impl BackendError {
     pub fn code(&self) -> Option<&str> {
         self.code.as_deref()
     }
+
+    /// The same failure, its message led by `context` ("cannot connect to
+    /// redis://cache:6379/"): the source and the code stay as they were.
+    #[cfg(feature = "redis")]
+    pub(crate) fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
 }
 
 impl std::fmt::Display for BackendError {

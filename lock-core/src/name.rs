@@ -10,7 +10,8 @@
 //! control characters. Bad input is a typed [`Error::InvalidName`], never a panic.
 //!
 //! ```
-//! use lock_core::name::{KeySpace, Name};
+//! # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
+//! use lock_axum::name::{KeySpace, Name};
 //!
 //! let keys = KeySpace::new("shop:").unwrap();
 //! let name = Name::new("order:42").unwrap();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use lock_core::Error;
+use lock_core::name::MAX_NAME_LEN;
 
 use crate::key::Missing;
 use crate::metrics::Metrics;
@@ -92,25 +93,54 @@ pub(crate) enum Fault {
     Backend(OnBackendFailure),
 }
 
+/// Which layer speaks, in its logs and answers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Named<'a> {
+    /// The `layer` field of its log lines (`lock`, `rate-limit`): kept as
+    /// it was, for the queries operators have written against it.
+    pub(crate) layer: &'static str,
+    /// What people call it: `lock`, `concurrency limit`, `rate limit`.
+    pub(crate) what: &'static str,
+    /// Its scope: the limiter's, or the lock layer's `scope`.
+    pub(crate) scope: &'a str,
+}
+
+impl Named<'_> {
+    /// "the `pay` lock", "the `api` rate limit".
+    fn the(&self) -> String {
+        format!("the `{}` {}", self.scope, self.what)
+    }
+}
+
 /// Sorts an error from the backend into a [`Fault`], counting and logging
-/// it; `layer` names the layer in the log.
-pub(crate) fn classify(error: Error, failure: Failure, metrics: &Metrics, layer: &str) -> Fault {
+/// it.
+pub(crate) fn classify(
+    error: Error,
+    failure: Failure,
+    metrics: &Metrics,
+    named: Named<'_>,
+) -> Fault {
+    let Named { layer, scope, .. } = named;
     match error {
         Error::InvalidName { reason, .. } => Fault::InvalidKey(reason),
         error if !error.is_backend_failure() => {
-            tracing::error!(%error, layer, "the layer cannot decide as configured");
+            tracing::error!(%error, layer, %scope, "the layer cannot decide as configured");
             Fault::Misconfigured
         }
         error => {
             metrics.count_backend_failure();
             let then = match failure.policy {
-                OnBackendFailure::Fallback => "deciding in this process's memory meanwhile",
+                OnBackendFailure::Fallback => {
+                    "deciding in this process's memory meanwhile, per instance rather than \
+                     across instances"
+                }
                 OnBackendFailure::FailOpen => "letting requests through meanwhile",
                 OnBackendFailure::FailClosed => "refusing requests with 503 meanwhile",
             };
             tracing::warn!(
                 %error,
                 layer,
+                %scope,
                 policy = ?failure.policy,
                 retry_in = ?BREAKER_OPEN,
                 "backend failed; {then}"
@@ -127,7 +157,7 @@ pub(crate) async fn guarded<T>(
     failure: Failure,
     breaker: &Breaker,
     metrics: &Metrics,
-    layer: &str,
+    named: Named<'_>,
     call: impl Future<Output = lock_core::Result<T>>,
 ) -> Result<T, Fault> {
     if breaker.is_open() {
@@ -139,12 +169,12 @@ pub(crate) async fn guarded<T>(
     match answer {
         Ok(answer) => {
             if breaker.close() {
-                tracing::info!(layer, "backend answers again");
+                tracing::info!(layer = named.layer, scope = %named.scope, "backend answers again");
             }
             Ok(answer)
         }
         Err(error) => {
-            let fault = classify(error, failure, metrics, layer);
+            let fault = classify(error, failure, metrics, named);
             if matches!(fault, Fault::Backend(_)) {
                 breaker.trip();
             }
@@ -159,10 +189,12 @@ pub(crate) async fn guarded<T>(
 #[non_exhaustive]
 pub enum MissingKey {
     /// The default: a key the request itself lacks or spoils (a missing
-    /// header, a key with a brace) is the client's mistake, answered 400
-    /// with the reason; a key no request can have as the server is set up
-    /// (no peer address: the server was not started with connect info) is
-    /// answered 500, and logged once at `warn` with the fix.
+    /// header, an empty path parameter, a key with a brace or too long) is
+    /// the client's mistake, answered 400 with the reason, which names the
+    /// layer; a key no request can have as the server is set up (no peer
+    /// address: the server was not started with connect info; a layer
+    /// outside routing) is answered 500 with the fix in the body, and the
+    /// fix is logged once at `warn`.
     #[default]
     Reject,
     /// Answer with this status, whatever the cause.
@@ -172,33 +204,74 @@ pub enum MissingKey {
 }
 
 /// The answer to a request without a usable key under `policy` (`None`:
-/// let it through). `what` names the layer in the log; `warned` makes a
-/// configuration problem logged once per layer.
+/// let it through); `warned` makes a configuration problem logged once per
+/// layer. A set-up problem is answered 500 with the fix in the body as
+/// well as in the log: whoever meets it first (a developer trying the
+/// server out) may have no log subscriber yet, and it says nothing about
+/// the client or its data.
 pub(crate) fn no_key(
     policy: MissingKey,
     missing: &Missing,
-    what: &str,
+    named: Named<'_>,
     warned: &AtomicBool,
 ) -> Option<Response<Bytes>> {
     match policy {
         MissingKey::PassThrough => None,
-        MissingKey::Respond(status) => Some(plain_text(status, format!("No {what} key\n"))),
+        MissingKey::Respond(status) => {
+            Some(plain_text(status, format!("No key for {}\n", named.the())))
+        }
         MissingKey::Reject if missing.is_configuration() => {
             if !warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
-                    layer = what,
+                    layer = named.layer,
+                    scope = %named.scope,
                     fix = missing.reason(),
-                    "requests have no {what} key; every one is answered 500 until this is fixed"
+                    "requests have no key for {}; every one is answered 500 until this is fixed",
+                    named.the()
                 );
             }
             Some(plain_text(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("No {what} key: the server is misconfigured\n"),
+                format!(
+                    "No key for {}: the server is misconfigured.\nFix: {}\n",
+                    named.the(),
+                    missing.reason()
+                ),
             ))
         }
         MissingKey::Reject => Some(plain_text(
             StatusCode::BAD_REQUEST,
             format!("Bad request: {}\n", missing.reason()),
         )),
+    }
+}
+
+/// Why `key` cannot be the key of the `named` layer, checked from the key
+/// itself so that the client is told which layer refused it and, for a key
+/// too long, how much room the scope leaves. A key that is fine means the
+/// scope is at fault (`reason`, lock-core's word on the whole name): a
+/// set-up problem.
+pub(crate) fn invalid_key(named: Named<'_>, key: &str, reason: &str) -> Missing {
+    // The backend's name is `<scope>:<key>`, for locks and rate limits alike.
+    let room = MAX_NAME_LEN.saturating_sub(named.scope.len() + 1);
+    let whose = format!("the key of {}", named.the());
+    if key.is_empty() {
+        Missing::request(format!("{whose} is empty"))
+    } else if key.len() > room {
+        Missing::request(format!(
+            "{whose} is {} bytes long; at most {room} fit",
+            key.len()
+        ))
+    } else if key.contains(['{', '}']) {
+        Missing::request(format!(
+            "{whose} must not contain `{{` or `}}` (they delimit the Redis Cluster hash tag)"
+        ))
+    } else if key.chars().any(char::is_control) {
+        Missing::request(format!("{whose} must not contain control characters"))
+    } else {
+        Missing::configuration(format!(
+            "the scope of {} is not a valid name: it {reason}",
+            named.the()
+        ))
     }
 }

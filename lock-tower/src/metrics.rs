@@ -19,7 +19,7 @@ use thread_local::ThreadLocal;
 /// added on other threads, as with any relaxed counter.
 ///
 /// ```
-/// use lock_tower::Metrics;
+/// use lock_axum::Metrics;
 /// let metrics = Metrics::default();
 /// assert_eq!((metrics.allowed(), metrics.refused()), (0, 0));
 /// ```

@@ -1,6 +1,8 @@
-//! The smallest services of each adapter, as their READMEs show them: a
+//! The smallest services of each adapter, the ones their READMEs show: a
 //! per-IP rate limit on every route, one payment at a time per order (a
-//! lock keyed by a path parameter), and a stock that never oversells. Run
+//! lock keyed by a path parameter), and a stock that never oversells. The
+//! READMEs write each in one `main`; here they are split into functions,
+//! so that the end-to-end tests serve the same service. Run
 //! them with `cargo run -p lock-examples --bin axum-app` (or `actix-app`,
 //! `tower-app`); `REDIS_URL` puts their state on Redis.
 

@@ -54,14 +54,44 @@ impl<C> fmt::Debug for RedisBackend<C> {
     }
 }
 
+/// `error` naming the URL it came from, when the backend failed: "cannot
+/// connect to redis://cache:6379/: Connection refused" says which of a
+/// deployment's settings is wrong. The variant stays [`Error::Backend`],
+/// with the server's code and redis-rs's error as the source.
+fn naming_url(error: Error, url: &str) -> Error {
+    match error {
+        Error::Backend(source) => Error::Backend(
+            source.context(format_args!("cannot connect to {}", without_password(url))),
+        ),
+        other => other,
+    }
+}
+
+/// `url` with its password, if it has one, written `***`: error messages
+/// end up in logs. Whatever stands between the scheme and the last `@`
+/// counts as user information, so that a malformed URL is masked too.
+fn without_password(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let Some(at) = url.rfind('@').filter(|&at| at >= start) else {
+        return url.to_owned();
+    };
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
 impl RedisBackend<ConnectionManager> {
     /// Connects to `url` with the default [`RedisConfig`].
     ///
     /// # Errors
-    /// [`Error::Backend`] for a bad URL or a refused connection, [`Error::Timeout`]
-    /// when the server does not answer within the connect timeout.
+    /// [`Error::Backend`] for a bad URL or a refused connection (its message
+    /// names the URL, without a password), [`Error::Timeout`] when the
+    /// server does not answer within the connect timeout.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(redis::Client::open(url)?, RedisConfig::default()).await
+        let connecting =
+            async { Self::connect_with(redis::Client::open(url)?, RedisConfig::default()).await };
+        connecting.await.map_err(|error| naming_url(error, url))
     }
 
     /// Connects with `client` and `config`: a [`ConnectionManager`] for commands

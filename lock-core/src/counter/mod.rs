@@ -22,11 +22,12 @@
 //! numbers): a change that would pass it is refused, on both backends.
 //!
 //! ```
+//! # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::backend::MemoryBackend;
-//! use lock_core::counter::{Purchase, Reservation, Stock};
+//! use lock_axum::backend::MemoryBackend;
+//! use lock_axum::counter::{Purchase, Reservation, Stock};
 //!
 //! let stock = Stock::new(MemoryBackend::new());
 //! stock.set("sku-1", 2).await?;
@@ -235,12 +236,16 @@ impl<B: CounterBackend> Stock<B> {
     /// Creates `item` with `quantity` units unless it exists; says whether
     /// it did. An item that exists keeps its stock: several instances may
     /// all seed the same items at start-up, and none sells a unit twice.
+    /// It also means that an app restarted on the same Redis starts with
+    /// what was left, sold out if it was: to start a demo or a test over
+    /// with `quantity` units, use [`set`](Self::set).
     ///
     /// ```
+    /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_core::counter::Stock;
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::counter::Stock;
     ///
     /// let stock = Stock::new(MemoryBackend::new());
     /// assert!(stock.create("sku-1", 100).await?);

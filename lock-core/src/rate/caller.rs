@@ -24,8 +24,9 @@ pub const DEFAULT_V6_PREFIX: u8 = 64;
 /// address and one keyed by its text are one limit.
 ///
 /// ```
+/// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
 /// use std::net::IpAddr;
-/// use lock_core::rate::Caller;
+/// use lock_axum::rate::Caller;
 ///
 /// let ip: IpAddr = "2001:db8:1:2:aaaa::7".parse().unwrap();
 /// assert_eq!(Caller::from(ip).to_string(), "2001:db8:1:2::/64");

@@ -6,21 +6,44 @@
 //! only if every quota allows it, and a refused call consumes nothing from
 //! any quota. Each call has a cost (default 1; 0 just looks).
 //!
+//! What each [`Algorithm`] does, on Redis and in memory alike:
+//!
+//! * [`Algorithm::FixedWindow`]: each caller has windows of its own. A
+//!   window starts at the caller's first counted call (a call of cost 0
+//!   only looks, and starts none) and lasts one period; the first call
+//!   after it ends starts the next. Windows are not aligned to the clock:
+//!   a caller whose first call came at 12:00:07.732 has a one-second window
+//!   until 12:00:08.732, and the decision's
+//!   [`reset_after`](Decision::reset_after) says when it ends. On Redis
+//!   the window is the lifetime of the caller's counter (set with
+//!   `PX <period>` on the first call), so the Redis server's clock measures
+//!   it. Up to twice the limit can pass around the end of a window.
+//! * [`Algorithm::SlidingWindow`]: windows are aligned to Unix time (whole
+//!   periods since the epoch, read from Redis `TIME` on Redis), the same
+//!   for every caller; a call counts against the current window plus the
+//!   previous one, weighted by how much of it still overlaps the last
+//!   period. Smooths the burst at a window's end.
+//! * [`Algorithm::Gcra`] (the default): no windows. Each caller has a
+//!   theoretical arrival time: after a burst of the limit (or the quota's
+//!   [`burst`](Quota::burst)), one unit comes back every `period / limit`,
+//!   continuously, on Redis `TIME`. It never lets more through than the
+//!   quota: its emission interval is rounded up (see [`Quota`]). In memory
+//!   a one-quota GCRA policy is decided by `governor`'s keyed rate limiter.
+//!
 //! Memory and Redis decide alike: the same sequence of calls at the same
-//! times gets the same decisions (windows are aligned to Unix time on
-//! both). GCRA never lets more through than the quota: its emission
-//! interval is rounded up (see [`Quota`]). In memory a one-quota GCRA
-//! policy is decided by `governor`'s keyed rate limiter.
+//! times gets the same decisions. (In memory, time is this process's
+//! clock, as Unix time.)
 //!
 //! The answer is a [`Decision`] value, never an error: an error means bad input
 //! or a backend that failed.
 //!
 //! ```
+//! # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lock_core::Result<()> {
 //! use std::num::NonZeroU32;
-//! use lock_core::backend::MemoryBackend;
-//! use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+//! use lock_axum::backend::MemoryBackend;
+//! use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
 //!
 //! let policy = Policy::new(Algorithm::Gcra)
 //!     .quota(Quota::per_second(NonZeroU32::new(2).unwrap()));
@@ -255,9 +278,10 @@ impl<B: RateBackend> RateLimiter<B> {
     /// decide without waiting (in memory); `None` otherwise.
     ///
     /// ```
+    /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
     /// use std::num::NonZeroU32;
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
     ///
     /// let policy = Policy::new(Algorithm::Gcra)
     ///     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
@@ -283,11 +307,12 @@ impl<B: RateBackend> RateLimiter<B> {
     /// successful login that earlier failures counted against).
     ///
     /// ```
+    /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
     /// use std::num::NonZeroU32;
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
     ///
     /// let one = Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(NonZeroU32::MIN));
     /// let limiter = RateLimiter::new(MemoryBackend::new(), "logins", one)?;
@@ -313,11 +338,12 @@ impl<B: RateBackend> RateLimiter<B> {
     /// [`retry_after`](Decision::retry_after) is when one fits).
     ///
     /// ```
+    /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
     /// use std::num::NonZeroU32;
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
     ///
     /// let five = Policy::new(Algorithm::Gcra).quota(Quota::per_hour(NonZeroU32::new(5).unwrap()));
     /// let limiter = RateLimiter::new(MemoryBackend::new(), "emails", five)?;
@@ -352,12 +378,13 @@ impl<B: RateBackend> RateLimiter<B> {
     /// there, as any request may.)
     ///
     /// ```
+    /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
     /// use std::num::NonZeroU32;
     /// use std::time::Duration;
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
     ///
     /// let ten = Quota::new(NonZeroU32::new(10).unwrap(), Duration::from_millis(100)).unwrap();
     /// let limiter = RateLimiter::new(MemoryBackend::new(), "jobs", Policy::new(Algorithm::Gcra).quota(ten))?;

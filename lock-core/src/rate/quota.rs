@@ -18,9 +18,10 @@ use crate::error::{Error, Result};
 /// the rate, for the finest quota accepted (a million per second).
 ///
 /// ```
+/// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use lock_core::rate::Quota;
+/// use lock_axum::rate::Quota;
 ///
 /// let ten = NonZeroU32::new(10).unwrap();
 /// let q = Quota::per_second(ten).named("burst");
@@ -90,8 +91,9 @@ impl Quota {
     /// one is refused).
     ///
     /// ```
+    /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
     /// use std::num::NonZeroU32;
-    /// use lock_core::rate::Quota;
+    /// use lock_axum::rate::Quota;
     ///
     /// let quota = Quota::per_second(NonZeroU32::new(10).unwrap()).burst(NonZeroU32::new(50).unwrap());
     /// assert_eq!((quota.limit(), quota.capacity()), (10, 50));
@@ -136,12 +138,16 @@ impl Quota {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {
-    /// Counts cost in windows that start at the first hit and last one period
-    /// (`INCR` + `EXPIRE`). Cheapest; allows up to twice the limit across a
-    /// window boundary.
+    /// Counts cost in windows of each caller's own: a window starts at the
+    /// caller's first counted call and lasts one period (a counter set with
+    /// `PX <period>`, then `INCRBY`, in one script), not at a multiple of
+    /// the period on the clock. Cheapest; allows up to twice the limit
+    /// around the end of a window.
     FixedWindow,
-    /// Weighs the previous aligned window by how much of it still overlaps the
-    /// last period, plus the current window. Smooths the boundary burst.
+    /// Counts the current window plus the previous one, weighted by how much
+    /// of it still overlaps the last period. Windows are aligned to Unix
+    /// time (whole periods since the epoch), the same for every caller.
+    /// Smooths the burst at a window's end.
     SlidingWindow,
     /// Generic cell rate algorithm: a theoretical arrival time per key; a
     /// burst of `limit`, then one unit every `period / limit`. The default.
@@ -163,8 +169,9 @@ impl Algorithm {
 /// or more quotas, all checked in one atomic call.
 ///
 /// ```
+/// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
 /// use std::num::NonZeroU32;
-/// use lock_core::rate::{Algorithm, Policy, Quota};
+/// use lock_axum::rate::{Algorithm, Policy, Quota};
 ///
 /// let policy = Policy::new(Algorithm::Gcra)
 ///     .quota(Quota::per_second(NonZeroU32::new(10).unwrap()))

@@ -83,7 +83,7 @@ pub enum ForwardedHeader {
 /// trusted proxy is the client. IPv6 addresses are grouped by prefix.
 ///
 /// ```
-/// use lock_tower::key::ClientIp;
+/// use lock_axum::key::ClientIp;
 /// let key = ClientIp::new(["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]);
 /// ```
 #[derive(Debug, Clone)]

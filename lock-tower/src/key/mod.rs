@@ -100,7 +100,8 @@ impl<'a> RequestParts<'a> {
 
 /// Why a request has no key, as its [`KeyExtractor`] tells it: the
 /// request's own fault (a 400 with the reason), or the server's set-up (a
-/// 500, logged once with the fix). See [`MissingKey`](crate::MissingKey).
+/// 500 with the fix, which is also logged once). See
+/// [`MissingKey`](crate::MissingKey).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
     configuration: bool,
@@ -118,7 +119,9 @@ impl Missing {
     }
 
     /// No request can have a key as the server is set up; `fix` says what
-    /// to change, and is logged (not sent to clients).
+    /// to change. It is logged once at `warn`, and sent in the body of the
+    /// 500 as well, for whoever tries the server before looking at its
+    /// logs: write it for the developer, with nothing secret in it.
     pub fn configuration(fix: impl Into<Cow<'static, str>>) -> Self {
         Missing {
             configuration: true,
@@ -141,8 +144,9 @@ impl Missing {
 pub(crate) fn no_peer_address() -> Missing {
     Missing::configuration(
         "no peer address in the request: serve axum with \
-         `into_make_service_with_connect_info::<SocketAddr>()` (and the `axum` \
-         feature of lock-tower), or put the peer's `SocketAddr` in the request's extensions",
+         `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())` \
+         (lock-axum reads it; lock-tower alone needs its `axum` feature for that), or put \
+         the peer's `SocketAddr` in the request's extensions",
     )
 }
 
@@ -167,8 +171,8 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// override it; the default calls [`extract`](Self::extract).
     ///
     /// ```
-    /// use lock_tower::key::{KeyExtractor, PathKey, RequestParts};
-    /// let request = http::Request::get("/orders/7").body(()).unwrap();
+    /// use lock_axum::key::{KeyExtractor, PathKey, RequestParts};
+    /// let request = axum::http::Request::get("/orders/7").body(()).unwrap();
     /// let len = PathKey.with_key(RequestParts::new(&request), |key| key.map(str::len));
     /// assert_eq!(len, Some(9));
     /// ```
@@ -183,8 +187,8 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     ///
     /// ```
     /// use std::net::{Ipv4Addr, SocketAddr};
-    /// use lock_tower::key::{Caller, KeyExtractor, PathKey, PeerIp, RequestParts};
-    /// let mut request = http::Request::get("/orders").body(()).unwrap();
+    /// use lock_axum::key::{Caller, KeyExtractor, PathKey, PeerIp, RequestParts};
+    /// let mut request = axum::http::Request::get("/orders").body(()).unwrap();
     /// request.extensions_mut().insert(SocketAddr::from(([192, 0, 2, 7], 4000)));
     /// let parts = RequestParts::new(&request);
     /// let peer = Some(Caller::Ipv4(Ipv4Addr::new(192, 0, 2, 7)));
@@ -205,12 +209,12 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// header, or only some, should say so.
     ///
     /// ```
-    /// use http::HeaderName;
-    /// use lock_tower::key::{ClientIp, HeaderKey, HeadersRead, KeyExtractor, PeerIp};
+    /// use axum::http::HeaderName;
+    /// use lock_axum::key::{ClientIp, HeaderKey, HeadersRead, KeyExtractor, PeerIp};
     /// assert_eq!(PeerIp::new().headers_read(), HeadersRead::None);
     /// let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
     /// assert_eq!(api_key.headers_read(), HeadersRead::Only(&[HeaderName::from_static("x-api-key")]));
-    /// let key = |_: lock_tower::key::RequestParts<'_>| Some("k".to_owned());
+    /// let key = |_: lock_axum::key::RequestParts<'_>| Some("k".to_owned());
     /// assert_eq!(key.headers_read(), HeadersRead::All);
     /// ```
     fn headers_read(&self) -> HeadersRead<'_> {

@@ -16,7 +16,9 @@ use lock_core::lock::{Lock, LockBackend, LockGuard, LockOptions, Owner, ReadWrit
 
 use super::{HeldLock, HoldTimer, LockRefusal, LockVerdict as Verdict};
 use crate::body::Held;
-use crate::failure::{Breaker, Failure, Fault, MissingKey, OnBackendFailure, guarded, no_key};
+use crate::failure::{
+    Breaker, Failure, Fault, MissingKey, Named, OnBackendFailure, guarded, invalid_key, no_key,
+};
 use crate::headers::retry_after;
 use crate::key::{KeyExtractor, Missing, RequestParts};
 use crate::metrics::Metrics;
@@ -114,9 +116,21 @@ fn release_guard<BK: LockBackend>(guard: Held) -> BoxFuture<'static, ()> {
 }
 
 impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
+    /// This layer, as its logs and answers name it.
+    fn named(&self) -> Named<'_> {
+        Named {
+            layer: "lock",
+            what: match self.mode {
+                Mode::Concurrency(_) => "concurrency limit",
+                Mode::Mutex | Mode::ReadWrite => "lock",
+            },
+            scope: &self.scope,
+        }
+    }
+
     fn no_key(&self, missing: &Missing) -> Verdict {
         self.metrics.count_missing_key();
-        match no_key(self.missing_key, missing, "lock", &self.warned) {
+        match no_key(self.missing_key, missing, self.named(), &self.warned) {
             None => Verdict::Proceed(None),
             Some(response) => refusal(response),
         }
@@ -173,6 +187,11 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
     /// Takes the lock of `key` for a request with `method`, within the wait
     /// and the decision timeout.
     pub(crate) async fn acquire_key(&self, key: String, method: &Method) -> Verdict {
+        // `<scope>:` alone is a valid name: an empty key must be refused
+        // here, or every request without one would share a lock.
+        if key.is_empty() {
+            return self.no_key(&invalid_key(self.named(), &key, ""));
+        }
         let name = format!("{}:{key}", self.scope);
         let started = std::time::Instant::now();
         let bound = Failure {
@@ -188,11 +207,9 @@ impl<B: LockBackend, K: KeyExtractor> Locking<B, K> {
             method,
             self.wait,
         );
-        match guarded(bound, &self.breaker, &self.metrics, "lock", taking).await {
+        match guarded(bound, &self.breaker, &self.metrics, self.named(), taking).await {
             Ok(taken) => self.proceed(taken, started),
-            Err(Fault::InvalidKey(reason)) => {
-                self.no_key(&Missing::request(format!("the request's key {reason}")))
-            }
+            Err(Fault::InvalidKey(reason)) => self.no_key(&invalid_key(self.named(), &key, reason)),
             Err(Fault::Misconfigured) => refusal(plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Lock misconfigured\n",

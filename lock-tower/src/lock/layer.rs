@@ -22,7 +22,47 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
 /// with `Retry-After`.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(5);
 
-/// Serializes requests that share a key. See the [module docs](crate::lock).
+/// Serializes requests that share a key, across every instance.
+///
+/// A request takes the lock of its key (from the key extractor: a path
+/// parameter, a header, ...), runs, and releases it once the response is
+/// produced, or once its body has been sent with
+/// [`hold_until_body_sent`](Self::hold_until_body_sent). A client that
+/// goes away drops the request, which releases the lock at once. A request
+/// that finds its key busy waits, up to [`DEFAULT_LOCK_WAIT`] by default
+/// (then 503 with `Retry-After`), or with a zero [`wait`](Self::wait) is
+/// refused at once (423 Locked, or the [`busy_status`](Self::busy_status)).
+/// The layer's own refusals carry a `LockRefusal` extension, and a
+/// rate-limit layer around it sends no `RateLimit` fields on them.
+///
+/// A request whose key is empty, too long or holds a brace is refused with
+/// 400 and the reason, which names the lock (``Bad request: the key of the
+/// `pay` lock is empty``); a layer that finds no key in any request as the
+/// server is set up (a path parameter the route lacks, a layer outside
+/// routing) answers 500 with the fix in the body, and logs it once at
+/// `warn`.
+///
+/// With [`read_write`](Self::read_write), the lock of a key is a
+/// read-write lock instead: requests with a safe method share it.
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::Router;
+/// use axum::routing::{get, post};
+/// use lock_axum::backend::MemoryBackend;
+/// use lock_axum::key::PathParam;
+/// use lock_axum::LockLayer;
+///
+/// // One payment at a time per order, across instances, waiting up to 2 s.
+/// let per_order = LockLayer::new(MemoryBackend::new(), PathParam::new("id"))
+///     .scope("pay")
+///     .wait(Duration::from_secs(2));
+/// let app: Router = Router::new()
+///     // On the route that has `{id}`, not on the router: a route without
+///     // it (`/health`) would answer 500.
+///     .route("/orders/{id}/pay", post(|| async { "paid" }).layer(per_order))
+///     .route("/health", get(|| async { "ok" }));
+/// ```
 #[derive(Debug, Clone)]
 pub struct LockLayer<B, K> {
     locking: Locking<B, K>,
@@ -83,9 +123,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_tower::LockLayer;
-    /// use lock_tower::key::PathKey;
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::key::PathKey;
+    /// use lock_axum::LockLayer;
     ///
     /// // Reads of a document share it; a write waits for them and has it alone.
     /// let layer = LockLayer::new(MemoryBackend::new(), PathKey)
@@ -195,6 +235,16 @@ impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
 /// At most N requests in flight per key, across every instance (a
 /// distributed semaphore per key). Built on [`LockLayer`], with the same
 /// options; a busy key is refused with 503 by default.
+///
+/// ```
+/// use lock_axum::backend::MemoryBackend;
+/// use lock_axum::key::PathKey;
+/// use lock_axum::ConcurrencyLimitLayer;
+///
+/// // At most 4 requests per path at once, refusing the 5th.
+/// let limit = ConcurrencyLimitLayer::new(MemoryBackend::new(), PathKey, 4.try_into().unwrap());
+/// # let _ = limit;
+/// ```
 #[derive(Debug, Clone)]
 pub struct ConcurrencyLimitLayer<B, K>(LockLayer<B, K>);
 

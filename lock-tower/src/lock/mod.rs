@@ -1,34 +1,7 @@
-//! Per-key distributed locks and concurrency limits as tower layers.
-//!
-//! [`LockLayer`] serializes requests that share a key across every instance:
-//! a request takes the lock for its key, runs, and releases it once the
-//! response is produced (or, with [`LockLayer::hold_until_body_sent`], once its
-//! body has been sent). A client that goes away drops the future, which
-//! releases the lock at once. A request that finds the key busy either waits
-//! (up to [`DEFAULT_LOCK_WAIT`] by default; then 503 with `Retry-After`) or,
-//! with a zero [`wait`](LockLayer::wait), is refused at once (423 Locked, or
-//! 409). The layer's own refusals carry a [`LockRefusal`] extension, and a
-//! rate-limit layer around it sends no `RateLimit` fields on them.
-//!
-//! With [`LockLayer::read_write`], the lock of a key is a read-write lock:
-//! requests with a safe method (`GET`, `HEAD`, ...) share it, others have
-//! it alone, and a waiting write goes before reads that come after it.
-//!
-//! [`ConcurrencyLimitLayer`] admits at most N requests per key at once (a
-//! distributed semaphore per key), with the same options.
-//!
-//! ```
-//! use std::time::Duration;
-//! use lock_core::backend::MemoryBackend;
-//! use lock_tower::key::PathKey;
-//! use lock_tower::{ConcurrencyLimitLayer, LockLayer};
-//!
-//! // One request at a time per path, waiting up to 2 s for the lock.
-//! let serialize = LockLayer::new(MemoryBackend::new(), PathKey).wait(Duration::from_secs(2));
-//! // At most 4 requests per path at once, refusing the 5th.
-//! let limit = ConcurrencyLimitLayer::new(MemoryBackend::new(), PathKey, 4.try_into().unwrap());
-//! # let _ = (serialize, limit);
-//! ```
+//! Per-key distributed locks and concurrency limits as tower layers:
+//! [`LockLayer`] (one request at a time per key, or a read-write lock per
+//! key) and [`ConcurrencyLimitLayer`] (at most N at once per key). Each
+//! layer's own docs say what it does, with an example.
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;

@@ -14,7 +14,8 @@ use lock_core::rate::{Caller, Decision, RateBackend, RateLimiter};
 
 use super::RateVerdict as Verdict;
 use crate::failure::{
-    Breaker, Failure, Fault, MissingKey, OnBackendFailure, classify, guarded, no_key,
+    Breaker, Failure, Fault, MissingKey, Named, OnBackendFailure, classify, guarded, invalid_key,
+    no_key,
 };
 use crate::headers;
 use crate::key::{KeyExtractor, Missing, RequestParts};
@@ -118,9 +119,12 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             match checked {
                 Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
                 Some(Err(error)) => {
-                    match classify(error, self.failure, &self.metrics, "rate-limit") {
+                    match classify(error, self.failure, &self.metrics, self.named()) {
                         // The failure policy applies on the asynchronous path.
                         Fault::Backend(_) => ask(caller, cost),
+                        Fault::InvalidKey(reason) => {
+                            Start::Now(Now::NoKey(self.invalid(&caller.to_string(), reason)))
+                        }
                         fault => Start::Now(Now::Fault(fault)),
                     }
                 }
@@ -151,12 +155,13 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             self.failure,
             &self.breaker,
             &self.metrics,
-            "rate-limit",
+            self.named(),
             check,
         )
         .await
         {
             Ok(decision) => self.verdict(decision),
+            Err(Fault::InvalidKey(reason)) => self.no_key(&self.invalid(&key, reason)),
             Err(Fault::Backend(OnBackendFailure::Fallback)) => {
                 let fallback = self.fallback.as_ref().map(|f| f.check_cost(&key, cost));
                 match fallback {
@@ -203,9 +208,24 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         }
     }
 
+    /// This layer, as its logs and answers name it.
+    fn named(&self) -> Named<'_> {
+        Named {
+            layer: "rate-limit",
+            what: "rate limit",
+            scope: self.limiter.scope().as_str(),
+        }
+    }
+
+    /// Why the request's `key` is not one this limit can use.
+    #[cold]
+    fn invalid(&self, key: &str, reason: &str) -> Missing {
+        invalid_key(self.named(), key, reason)
+    }
+
     fn no_key(&self, missing: &Missing) -> Verdict {
         self.metrics.count_missing_key();
-        match no_key(self.missing_key, missing, "rate-limit", &self.warned) {
+        match no_key(self.missing_key, missing, self.named(), &self.warned) {
             None => Verdict::Allow(None),
             Some(response) => Verdict::Respond(response),
         }
@@ -214,9 +234,11 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     /// The verdict for a call that brought no decision.
     fn fault(&self, fault: Fault) -> Verdict {
         match fault {
-            Fault::InvalidKey(reason) => {
-                self.no_key(&Missing::request(format!("the request's key {reason}")))
-            }
+            // Answered where the key is known; kept for completeness.
+            Fault::InvalidKey(reason) => self.no_key(&Missing::request(format!(
+                "the key of the `{}` rate limit {reason}",
+                self.limiter.scope()
+            ))),
             Fault::Misconfigured => Verdict::Respond(plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Rate limit misconfigured\n",

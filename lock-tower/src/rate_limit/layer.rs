@@ -22,8 +22,113 @@ use crate::metrics::Metrics;
 /// Default bound on one decision; past it the backend counts as failed.
 pub const DEFAULT_DECISION_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Applies a distributed rate limit to every request. See the
-/// [module docs](crate::rate_limit).
+/// Applies a distributed rate limit to every request.
+///
+/// The layer takes a key from each request (the client's address, a
+/// header, a path parameter, ...), asks its
+/// [`RateLimiter`](lock_core::rate::RateLimiter) for one decision (one
+/// round trip on Redis), and either calls the inner service or answers 429
+/// itself. A refusal is a response, not a service error, so the layer goes
+/// into `axum::Router::layer` without a `HandleErrorLayer`.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use axum::Router;
+/// use axum::routing::get;
+/// use lock_axum::backend::MemoryBackend;
+/// use lock_axum::key::PeerIp;
+/// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
+/// use lock_axum::{OnBackendFailure, RateLimitLayer};
+///
+/// let policy = Policy::new(Algorithm::Gcra)
+///     .quota(Quota::per_second(NonZeroU32::new(10).unwrap()));
+/// let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
+/// let per_ip = RateLimitLayer::new(limiter, PeerIp::new())
+///     .exempt_paths(["/health"])
+///     // The default: when Redis fails, decide in this process's memory
+///     // (logged at `warn`). `FailClosed` answers 503 instead.
+///     .on_backend_failure(OnBackendFailure::Fallback);
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .route("/health", get(|| async { "ok" }))
+///     .layer(per_ip);
+/// // Serve it with `app.into_make_service_with_connect_info::<SocketAddr>()`:
+/// // `PeerIp` reads the client's address from there.
+/// ```
+///
+/// # Response fields
+///
+/// Responses carry the two fields of the IETF HTTPAPI working group's
+/// draft *RateLimit header fields for HTTP*
+/// ([draft-ietf-httpapi-ratelimit-headers](https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/),
+/// in the form of its drafts 08 and later, where each quota has a name), and
+/// a refusal adds `Retry-After` (whole seconds, rounded up). With 5 a
+/// minute, the sixth request of a minute is answered:
+///
+/// ```text
+/// HTTP/1.1 429 Too Many Requests
+/// ratelimit: "default";r=0;t=60
+/// ratelimit-policy: "default";q=5;w=60
+/// retry-after: 60
+/// ```
+///
+/// * `RateLimit-Policy` describes each quota of the policy: `q` units per
+///   `w` seconds (and `burst`, this crate's own parameter, for a GCRA burst
+///   set apart from the rate). It is the same on every response.
+/// * `RateLimit` is the state of the quota that decided: `r` units
+///   remaining, `t` seconds until it is fully available again.
+/// * The quoted name ties the two together. It is the quota's own name
+///   ([`Quota::named`](lock_core::rate::Quota::named)), else `"default"`
+///   for a policy of one quota, or `"q0"`, `"q1"`, ... by position. Name
+///   the quotas of a policy of several (`"per-second"`, `"per-day"`) so
+///   that clients can tell them apart; names are sent to every client.
+/// * [`legacy_headers(true)`](Self::legacy_headers) adds the older
+///   `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
+///   (seconds until the reset) that many clients already read.
+/// * [`headers_on_success(false)`](Self::headers_on_success) keeps the
+///   fields to refusals.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::num::NonZeroU32;
+/// use axum::Router;
+/// use axum::routing::get;
+/// use lock_axum::backend::MemoryBackend;
+/// use lock_axum::key::GlobalKey;
+/// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
+/// use lock_axum::RateLimitLayer;
+/// use tower::ServiceExt;
+///
+/// let five = Quota::per_minute(NonZeroU32::new(5).unwrap());
+/// let limiter = RateLimiter::new(MemoryBackend::new(), "api", Policy::new(Algorithm::FixedWindow).quota(five)).unwrap();
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(limiter, GlobalKey::new()).legacy_headers(true));
+/// let get = || axum::http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+/// for _ in 0..5 {
+///     app.clone().oneshot(get()).await.unwrap();
+/// }
+/// let refused = app.oneshot(get()).await.unwrap();
+/// let field = |name: &str| refused.headers()[name].to_str().unwrap().to_owned();
+/// assert_eq!(refused.status(), 429);
+/// assert_eq!(field("ratelimit"), r#""default";r=0;t=60"#);
+/// assert_eq!(field("ratelimit-policy"), r#""default";q=5;w=60"#);
+/// assert_eq!(field("retry-after"), "60");
+/// assert_eq!(field("x-ratelimit-limit"), "5");
+/// assert_eq!(field("x-ratelimit-remaining"), "0");
+/// assert_eq!(field("x-ratelimit-reset"), "60");
+/// # }
+/// ```
+///
+/// # When a request has no usable key
+///
+/// A request without its key (a missing header) or with a key that cannot
+/// be one (empty, too long, with a brace) is refused with 400 and the
+/// reason, which names the rate limit. A layer that can find no key in any
+/// request as the server is set up (axum served without connect info for
+/// [`PeerIp`](crate::key::PeerIp)) answers 500 with the fix in the body,
+/// and logs it once at `warn`. See [`on_missing_key`](Self::on_missing_key).
 pub struct RateLimitLayer<B, K> {
     limit: Arc<Limit<B, K>>,
 }
@@ -115,10 +220,10 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     ///
     /// ```
     /// # use std::num::NonZeroU32;
-    /// # use lock_core::backend::MemoryBackend;
-    /// # use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-    /// # use lock_tower::RateLimitLayer;
-    /// # use lock_tower::key::PeerIp;
+    /// # use lock_axum::backend::MemoryBackend;
+    /// # use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// # use lock_axum::RateLimitLayer;
+    /// # use lock_axum::key::PeerIp;
     /// # let policy = Policy::new(Algorithm::Gcra).quota(Quota::per_second(NonZeroU32::new(5).unwrap()));
     /// # let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
     /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).exempt_paths(["/health", "/ready"]);
@@ -159,7 +264,10 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         self.with(|l| l.failure.timeout = timeout)
     }
 
-    /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds
+    /// until the deciding quota is fully available again), the fields many
+    /// clients read from before the IETF draft (see
+    /// [Response fields](Self#response-fields)). Off by default.
     pub fn legacy_headers(self, on: bool) -> Self {
         self.with(|l| l.legacy = on)
     }
@@ -214,10 +322,10 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use lock_core::backend::MemoryBackend;
-    /// use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-    /// use lock_tower::RateLimitLayer;
-    /// use lock_tower::key::GlobalKey;
+    /// use lock_axum::backend::MemoryBackend;
+    /// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
+    /// use lock_axum::RateLimitLayer;
+    /// use lock_axum::key::GlobalKey;
     ///
     /// let policy = Policy::new(Algorithm::FixedWindow)
     ///     .quota(Quota::per_minute(NonZeroU32::new(10).unwrap()));

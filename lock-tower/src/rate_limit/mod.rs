@@ -1,30 +1,6 @@
-//! Distributed rate limiting as a tower layer.
-//!
-//! [`RateLimitLayer`] extracts a key from each request, asks a
-//! [`RateLimiter`](lock_core::rate::RateLimiter) for one decision (one round
-//! trip on Redis), and either calls the inner service or answers 429 itself:
-//! a refusal is a response, not a service error, so the layer drops into
-//! `axum::Router::layer` without a `HandleErrorLayer`. Every response carries
-//! `RateLimit` and `RateLimit-Policy`; a 429 also `Retry-After`.
-//! [`headers_on_success(false)`](RateLimitLayer::headers_on_success) keeps
-//! the fields to refusals.
-//!
-//! ```
-//! use std::num::NonZeroU32;
-//! use lock_core::backend::MemoryBackend;
-//! use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-//! use lock_tower::key::PeerIp;
-//! use lock_tower::{OnBackendFailure, RateLimitLayer};
-//!
-//! let policy = Policy::new(Algorithm::Gcra)
-//!     .quota(Quota::per_second(NonZeroU32::new(10).unwrap()));
-//! let limiter = RateLimiter::new(MemoryBackend::new(), "api", policy).unwrap();
-//! let layer = RateLimitLayer::new(limiter, PeerIp::new())
-//!     .on_backend_failure(OnBackendFailure::Fallback)
-//!     .legacy_headers(true);
-//! // axum::Router::new().route(...).layer(layer)
-//! # let _ = layer;
-//! ```
+//! Distributed rate limiting as a tower layer: [`RateLimitLayer`], whose
+//! own docs say what it does, which response fields it sends, and how to
+//! set it up.
 
 mod decide;
 mod future;

@@ -1,5 +1,7 @@
 //! Rate limiting in memory: the same decisions as the Redis scripts, on the
-//! backend's clock (Unix time, so windows begin where they do on Redis).
+//! backend's clock (Unix time, so sliding windows begin where they do on
+//! Redis; a fixed window starts at its caller's first counted call, as the
+//! Redis script's counter does).
 //!
 //! * A one-quota GCRA policy (the tower layer's default) is decided by
 //!   `governor`'s keyed rate limiter ([`keyed`]).

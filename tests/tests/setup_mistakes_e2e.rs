@@ -1,0 +1,274 @@
+//! The four set-up mistakes a newcomer makes first, over real HTTP, and
+//! what they see: an axum app served without connect info, an actix-web
+//! lock on `App::wrap` instead of its resource, axum's `route_layer` over
+//! routes without the key's path parameter, and Redis going away under a
+//! rate limit. The first three answer 500 with the fix in the body (for
+//! whoever has no log subscriber yet) and log it once at `warn`; the last
+//! keeps answering, from this process's memory, and logs that at `warn`.
+//!
+//! Run with `--nocapture` to see each body and log line.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::Router;
+use axum::routing::{get, post};
+use http::StatusCode;
+use lock_axum::backend::{MemoryBackend, RedisBackend, RedisConfig};
+use lock_axum::key::{GlobalKey, PathParam, PeerIp};
+use lock_axum::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
+use lock_axum::{LockLayer, RateLimitLayer};
+use lock_tests::RedisServer;
+use lock_tests::http::{Reply, TestClient, TestServer};
+
+/// Everything logged by every test of this file.
+#[derive(Clone, Default)]
+struct Logged(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logged {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log, with a subscriber installed on first use (as
+/// `tracing_subscriber::fmt::init()` in an app would, without colours).
+fn log() -> &'static Logged {
+    static LOG: OnceLock<Logged> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let logged = Logged::default();
+        let writer = logged.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .init();
+        logged
+    })
+}
+
+/// The `WARN` and `ERROR` lines that name `scope`.
+fn warnings(scope: &str) -> Vec<String> {
+    let text = log().0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+        .filter(|line| line.contains(&format!("scope={scope}")))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn show(mistake: &str, reply: &Reply, scope: &str) {
+    eprintln!(
+        "== {mistake}\n-- response: {} {:?}\n-- log:\n{}",
+        reply.status,
+        reply.text(),
+        warnings(scope).join("\n")
+    );
+}
+
+fn limiter<B: RateBackend>(backend: B, scope: &str) -> RateLimiter<B> {
+    let quota = Quota::per_minute(NonZeroU32::new(100).expect("positive"));
+    RateLimiter::new(backend, scope, Policy::new(Algorithm::Gcra).quota(quota)).expect("valid")
+}
+
+/// Serves `app` as a newcomer might: `axum::serve(listener, app)`.
+async fn serve_without_connect_info(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_served_without_connect_info() {
+    log();
+    let scope = "mistake-connect-info";
+    let layer = RateLimitLayer::new(limiter(MemoryBackend::new(), scope), PeerIp::new());
+    let addr = serve_without_connect_info(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let client = TestClient::new();
+    let mut last = None;
+    for _ in 0..3 {
+        let reply = client.get(&format!("http://{addr}/"), &[]).await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            reply
+                .text()
+                .contains("into_make_service_with_connect_info::<SocketAddr>()"),
+            "the fix is in the body: {:?}",
+            reply.text()
+        );
+        last = Some(reply);
+    }
+    let warned = warnings(scope);
+    assert_eq!(warned.len(), 1, "logged once: {warned:?}");
+    assert!(warned[0].contains("into_make_service_with_connect_info"));
+    show(
+        "axum served without connect info",
+        &last.expect("a reply"),
+        scope,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_lock_on_the_app_instead_of_the_resource() {
+    use actix_web::web;
+    log();
+    let scope = "mistake-app-wrap";
+    let lock = lock_actix::LockMiddleware::new(
+        LockLayer::new(MemoryBackend::new(), PathParam::new("id")).scope(scope),
+    );
+    let addr = lock_tests::http::actix(move || {
+        actix_web::App::new()
+            .wrap(lock.clone())
+            .route("/orders/{id}/pay", web::post().to(|| async { "paid" }))
+            .route("/health", web::get().to(|| async { "ok" }))
+    });
+    let client = TestClient::new();
+    let pay = client
+        .send("POST", &format!("http://{addr}/orders/1/pay"), &[])
+        .await;
+    let health = client.get(&format!("http://{addr}/health"), &[]).await;
+    for reply in [&pay, &health] {
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let text = reply.text();
+        assert!(text.contains("`App::wrap`"), "names the mistake: {text:?}");
+        assert!(text.contains("web::resource"), "names the fix: {text:?}");
+        assert!(
+            text.contains(&format!("`{scope}` lock")),
+            "names the lock: {text:?}"
+        );
+    }
+    let warned = warnings(scope);
+    assert_eq!(warned.len(), 1, "logged once: {warned:?}");
+    assert!(warned[0].contains("web::resource"), "{warned:?}");
+    show("actix App::wrap(LockMiddleware)", &health, scope);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_route_layer_over_a_route_without_the_parameter() {
+    log();
+    let scope = "mistake-route-layer";
+    let lock = LockLayer::new(MemoryBackend::new(), PathParam::new("id")).scope(scope);
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(|| async { "paid" }))
+        .route("/health", get(|| async { "ok" }))
+        .route_layer(lock);
+    let server = TestServer::start(app).await;
+    let client = TestClient::new();
+    let pay = client.send("POST", &server.url("/orders/1/pay"), &[]).await;
+    assert_eq!(pay.status, StatusCode::OK);
+    let health = client.get(&server.url("/health"), &[]).await;
+    assert_eq!(health.status, StatusCode::INTERNAL_SERVER_ERROR);
+    let text = health.text();
+    assert!(text.contains("`/health`"), "names the route: {text:?}");
+    assert!(text.contains("`{id}`"), "names the parameter: {text:?}");
+    assert!(text.contains(".layer("), "names the fix: {text:?}");
+    assert!(
+        text.contains(&format!("`{scope}` lock")),
+        "names the lock: {text:?}"
+    );
+    let warned = warnings(scope);
+    assert_eq!(warned.len(), 1, "logged once: {warned:?}");
+    show("axum route_layer over /health", &health, scope);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_under_a_rate_limit() {
+    log();
+    let scope = "mistake-redis-killed";
+    let mut server = RedisServer::start();
+    let config = RedisConfig::default().response_timeout(std::time::Duration::from_millis(200));
+    let redis = RedisBackend::connect_with(server.client(), config)
+        .await
+        .expect("connect");
+    let layer = RateLimitLayer::new(limiter(redis, scope), GlobalKey::new());
+    let http = TestServer::start(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let client = TestClient::new();
+    assert_eq!(client.get(&http.url("/"), &[]).await.status, StatusCode::OK);
+    assert!(warnings(scope).is_empty());
+    server.kill();
+    let mut last = None;
+    for _ in 0..3 {
+        let reply = client.get(&http.url("/"), &[]).await;
+        // Still answered, by this process's own limiter.
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(reply.header("ratelimit").starts_with("\"default\";r="));
+        last = Some(reply);
+    }
+    let warned = warnings(scope);
+    assert!(!warned.is_empty(), "the fallback is logged");
+    assert!(
+        warned[0].contains("deciding in this process's memory"),
+        "{warned:?}"
+    );
+    show(
+        "Redis killed under a rate limit",
+        &last.expect("a reply"),
+        scope,
+    );
+}
+
+/// A connect that fails says which URL it tried, without its password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_connect_names_the_url() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    for (url, shown) in [
+        (
+            format!("redis://127.0.0.1:{port}/"),
+            format!("redis://127.0.0.1:{port}/"),
+        ),
+        (
+            format!("redis://app:s3cret@127.0.0.1:{port}/0"),
+            format!("redis://app:***@127.0.0.1:{port}/0"),
+        ),
+        ("redis//no-scheme".to_owned(), "redis//no-scheme".to_owned()),
+        (
+            "redis//app:s3cret@no-scheme".to_owned(),
+            "redis//app:***@no-scheme".to_owned(),
+        ),
+    ] {
+        let error = RedisBackend::connect(&url)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{url} connected"));
+        let text = error.to_string();
+        // The same variant as before, with redis-rs's error as its source.
+        let lock_axum::Error::Backend(backend) = &error else {
+            panic!("{url}: {error:?}");
+        };
+        let source = std::error::Error::source(backend).expect("a source");
+        assert!(
+            source.downcast_ref::<redis::RedisError>().is_some(),
+            "{url}: {source:?}"
+        );
+        assert!(text.contains(&shown), "{url}: {text}");
+        assert!(!text.contains("s3cret"), "{url}: {text}");
+        eprintln!("{url} -> {text}");
+    }
+}
