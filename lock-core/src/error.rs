@@ -37,10 +37,12 @@ pub enum Error {
     /// is the [`source`](std::error::Error::source).
     #[error("backend error: {0}")]
     Backend(#[source] BackendError),
-    /// Too few of a Redlock's servers answered to make a majority.
-    #[error("only {answered} servers answered; a majority needs {needed}")]
+    /// Too few of a Redlock's servers answered (alike) to make a majority:
+    /// the outcome is unknown.
+    #[error("only {answered} servers answered alike; a majority needs {needed}")]
     NoQuorum {
-        /// Servers that answered.
+        /// Servers that answered (alike: for a release or an extend, the
+        /// larger of those that said yes and those that said no).
         answered: usize,
         /// Servers a majority needs.
         needed: usize,

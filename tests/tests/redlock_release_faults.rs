@@ -262,3 +262,41 @@ async fn redlock_agrees_with_its_servers_after_restarts() {
         restarts_while_a_holder_waits(round).await;
     }
 }
+
+/// A release that reached two of the three servers holding the lock, while
+/// the third did not answer, cannot know whether the lock was still held
+/// on a majority: it fails with `NoQuorum` (its outcome unknown) rather
+/// than answering "it was no longer ours" about a lease that was valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_release_without_a_majority_alike_is_unknown() {
+    let servers = RedisServer::start_many(5);
+    for server in &servers[3..] {
+        let () = server
+            .connection()
+            .set_options(
+                key("r"),
+                "someone-else",
+                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000)),
+            )
+            .expect("SET");
+    }
+    let lock = Lock::with_options(
+        redlock(&servers).await,
+        "r",
+        LockOptions::new().lease(Duration::from_secs(30)),
+    )
+    .expect("valid");
+    let guard = lock
+        .try_lock()
+        .await
+        .expect("backend")
+        .expect("three of five servers are free");
+    assert!(guard.valid_for() > Duration::from_secs(20));
+    servers[2].pause();
+    let released = guard.release().await;
+    servers[2].resume();
+    match released {
+        Err(lock_core::Error::NoQuorum { .. }) => {}
+        other => panic!("a release that cannot know answered {other:?}"),
+    }
+}

@@ -218,18 +218,23 @@ impl Redlock {
         yes >= self.quorum() || no >= self.quorum()
     }
 
-    /// Counts `Ok(true)` answers; a majority of them is a yes, a majority of
-    /// answers without enough yeses a no, too few answers an error.
+    /// A majority's answer: yes when a majority said yes; no only when the
+    /// yeses and the servers that did not answer (each of which may have
+    /// said yes) together fall short of a majority; otherwise unknown, an
+    /// error. A release that reached two of the three servers holding the
+    /// lock, while the third did not answer, does not know whether the
+    /// lock was still held on a majority: it says so rather than "no".
     fn tally(&self, results: &[Result<bool>]) -> Result<bool> {
         let yes = results.iter().filter(|r| matches!(r, Ok(true))).count();
-        let answered = results.iter().filter(|r| r.is_ok()).count();
+        let no = results.iter().filter(|r| matches!(r, Ok(false))).count();
+        let unanswered = results.len() - yes - no;
         if yes >= self.quorum() {
             Ok(true)
-        } else if answered >= self.quorum() {
+        } else if yes + unanswered < self.quorum() {
             Ok(false)
         } else {
             Err(Error::NoQuorum {
-                answered,
+                answered: yes.max(no),
                 needed: self.quorum(),
             })
         }
