@@ -34,6 +34,10 @@ pub enum Failover {
     /// `CLUSTER FAILOVER TAKEOVER`: the replica promotes itself without
     /// its master or the other masters (the master may be dead).
     Takeover,
+    /// `CLUSTER FAILOVER FORCE`: the replica takes over at once, without
+    /// catching up with its master (writes it had not received are lost),
+    /// though still elected by the other masters.
+    Force,
 }
 
 /// The cluster-making client: the one beside the server binary first (the
@@ -272,8 +276,14 @@ impl RedisCluster {
     pub fn failover(&self, replica: usize, how: Failover) {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("FAILOVER");
-        if how == Failover::Takeover {
-            cmd.arg("TAKEOVER");
+        match how {
+            Failover::Graceful => {}
+            Failover::Takeover => {
+                cmd.arg("TAKEOVER");
+            }
+            Failover::Force => {
+                cmd.arg("FORCE");
+            }
         }
         let () = cmd
             .query(&mut self.nodes[replica].connection())

@@ -2,7 +2,12 @@
 //! several tasks over three clients, each client behind a fault proxy,
 //! while a nemesis chosen from a seed cuts connections after a command
 //! was forwarded, cuts them at random bytes, delays and black-holes them,
-//! and pauses the server (SIGSTOP). Every operation goes into a history
+//! and pauses the server (SIGSTOP), kills and restarts it (with its data:
+//! `appendfsync always`), fails cluster shards over (graceful, and `FORCE`
+//! in `cluster-locks`, where overlaps after a failover are only reported,
+//! as documented), kills a minority of Redlock's five servers, pauses a
+//! master's replica (`replica-sync`), and pauses a client process past its
+//! lease (`paused-client`, against a fenced resource). Every operation goes into a history
 //! ([`lock_tests::history`]) that is checked afterwards: no two valid
 //! guards conflict, fencing tokens rise, no guard is returned already
 //! lost, releases answer consistently, stock is conserved, rate limits
@@ -27,14 +32,23 @@
 mod counters;
 #[path = "nemesis/env.rs"]
 mod env;
+#[path = "nemesis/faults.rs"]
+mod faults;
+#[path = "nemesis/fenced.rs"]
+mod fenced;
 #[path = "nemesis/locks.rs"]
 mod locks;
+#[path = "nemesis/replicated.rs"]
+mod replicated;
+#[path = "nemesis/report.rs"]
+mod report;
 #[path = "nemesis/worker.rs"]
 mod worker;
 #[path = "nemesis/world.rs"]
 mod world;
 
-use env::{cluster_scenario, scenario};
+use env::{cluster_scenario, scenario, scenario_on};
+use world::Topology;
 
 #[test]
 fn plain_lock_with_fencing() {
@@ -88,5 +102,43 @@ fn cluster_stock() {
 
 #[test]
 fn cluster_locks() {
-    cluster_scenario("cluster-locks", |env| locks::exclusive(env, false));
+    // Forced failovers too: lossy without `sync_replicas`, so overlaps
+    // after one are only reported.
+    let topology = Topology::Cluster {
+        synced: false,
+        force: true,
+    };
+    scenario_on("cluster-locks", topology, |env| {
+        locks::exclusive(env, false)
+    });
+}
+
+#[test]
+fn cluster_synced_locks() {
+    let topology = Topology::Cluster {
+        synced: true,
+        force: false,
+    };
+    scenario_on("cluster-synced", topology, |env| {
+        locks::exclusive(env, true)
+    });
+}
+
+#[test]
+fn redlock() {
+    scenario_on("redlock", Topology::Redlock, replicated::redlock);
+}
+
+#[test]
+fn replica_sync_fair_lock() {
+    scenario_on(
+        "replica-sync",
+        Topology::Replicated,
+        replicated::replica_sync,
+    );
+}
+
+#[test]
+fn paused_client_with_a_fenced_resource() {
+    scenario("paused-client", fenced::paused_client);
 }

@@ -7,7 +7,15 @@
 //! lock-worker wait <redis-url> <lock-name> <lease-ms> <kind> <wait-ms>
 //! lock-worker buy  <redis-url> <item> <buyers> <tag>
 //! lock-worker hit  <redis-url> <key> <limit> <period-ms> <calls>
+//! lock-worker fenced <redis-url> <lock-name> <lease-ms>
 //! ```
+//!
+//! `fenced` takes commands on stdin, one a line: `take <wait-ms>` takes a
+//! plain lock with fencing and a fixed lease, answering `got <token>
+//! <valid-ms>`, `busy` or `err <error>`; `write` answers `write <token>`
+//! (the token of the guard it holds, whatever became of its lease: a
+//! client about to write, which the test pauses past its lease before
+//! letting it go on) and drops the guard; end of input ends it.
 
 use std::time::Duration;
 
@@ -36,6 +44,7 @@ async fn main() -> Result<(), Error> {
             wait_once(url, name, lease.parse()?, kind, wait.parse()?).await
         }
         ["buy", url, item, buyers, tag] => buy(url, item, buyers.parse()?, tag).await,
+        ["fenced", url, name, lease] => fenced(url, name, lease.parse()?).await,
         ["hit", url, key, limit, period, calls] => {
             hit(url, key, limit.parse()?, period.parse()?, calls.parse()?).await
         }
@@ -241,5 +250,45 @@ async fn hit(url: &str, key: &str, limit: u32, period_ms: u64, calls: u64) -> Re
         allowed += u64::from(task.await??.allowed);
     }
     println!("allowed {allowed}");
+    Ok(())
+}
+
+/// The `fenced` command loop (see the module docs).
+async fn fenced(url: &str, name: &str, lease_ms: u64) -> Result<(), Error> {
+    let backend = RedisBackend::connect(url).await?;
+    let options = LockOptions::new()
+        .lease(Duration::from_millis(lease_ms))
+        .fencing(true);
+    let lock = Lock::with_options(backend, name, options)?;
+    let mut held: Option<LockGuard<RedisBackend>> = None;
+    loop {
+        let read = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|n| (n, line))
+        });
+        let (n, line) = read.await??;
+        if n == 0 {
+            break;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["take", wait] => match lock.lock(Duration::from_millis(wait.parse()?)).await {
+                Ok(Some(guard)) => {
+                    let token = guard.fencing_token().ok_or("no fencing token")?;
+                    println!("got {token} {}", guard.valid_for().as_millis());
+                    held = Some(guard);
+                }
+                Ok(None) => println!("busy"),
+                Err(e) => println!("err {e}"),
+            },
+            ["write"] => {
+                let guard = held.take().ok_or("write without a guard")?;
+                let token = guard.fencing_token().ok_or("no fencing token")?;
+                println!("write {token}");
+                drop(guard);
+            }
+            _ => return Err(format!("unknown command {line:?}").into()),
+        }
+    }
     Ok(())
 }

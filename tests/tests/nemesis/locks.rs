@@ -30,6 +30,15 @@ fn leases(name: &str, fair: bool) -> [(String, LockOptions); 2] {
 
 /// Plain (or fair) locks with fencing tokens: take, hold, release.
 pub(crate) async fn exclusive(env: Arc<Env>, fair: bool) -> Vec<Violation> {
+    exclusive_with(env, fair, Worker::wait).await
+}
+
+/// As [`exclusive`], waiting for the lock as long as `wait` says.
+pub(crate) async fn exclusive_with(
+    env: Arc<Env>,
+    fair: bool,
+    wait: fn(&mut Worker) -> Duration,
+) -> Vec<Violation> {
     let clients = clients(&env).await;
     let kind = if fair { "fair" } else { "plain" };
     let workers = spawn(&env, &clients, move |mut w: Worker| async move {
@@ -41,7 +50,7 @@ pub(crate) async fn exclusive(env: Arc<Env>, fair: bool) -> Vec<Violation> {
             let (id, owner, wait) = (
                 format!("{kind}:{}", lock.name().as_str()),
                 w.fresh(),
-                w.wait(),
+                wait(&mut w),
             );
             let lease = lock.options().get_lease().duration();
             if let Some((op, guard)) = w

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::AnyBackend;
-use lock_core::lock::{LockGuard, MultiGuard};
+use lock_core::lock::{LockBackend, LockGuard, MultiGuard};
 use lock_tests::history::{Call, Grant, History, OpId, Recorded, Reply};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -14,12 +14,12 @@ use rand::rngs::StdRng;
 use crate::env::{CLIENTS, Env, WORKERS};
 
 /// A client whose lock calls are timed for the checker.
-pub(crate) type Rec = Recorded<AnyBackend>;
+pub(crate) type Rec<B = AnyBackend> = Recorded<B>;
 /// A guard taken through a [`Rec`].
-pub(crate) type Guard = LockGuard<Rec>;
+pub(crate) type Guard<B = AnyBackend> = LockGuard<Rec<B>>;
 
-/// One task of a workload.
-pub(crate) struct Worker {
+/// One task of a workload, on a client of backend `B`.
+pub(crate) struct Worker<B = AnyBackend> {
     /// Its number.
     pub(crate) id: usize,
     /// The scenario.
@@ -27,7 +27,7 @@ pub(crate) struct Worker {
     /// Its random choices, from the scenario's seed.
     pub(crate) rng: StdRng,
     /// Its client (shared with the other workers of the same client).
-    pub(crate) client: Rec,
+    pub(crate) client: Rec<B>,
     calls: u64,
 }
 
@@ -41,13 +41,13 @@ pub(crate) async fn clients(env: &Env) -> Vec<Rec> {
 }
 
 /// Spawns [`WORKERS`] tasks running `body`, spread over `clients`.
-pub(crate) fn spawn<F, Fut>(
+pub(crate) fn spawn<B: Clone, F, Fut>(
     env: &Arc<Env>,
-    clients: &[Rec],
+    clients: &[Rec<B>],
     body: F,
 ) -> Vec<tokio::task::JoinHandle<()>>
 where
-    F: Fn(Worker) -> Fut,
+    F: Fn(Worker<B>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     (0..WORKERS)
@@ -64,7 +64,7 @@ where
         .collect()
 }
 
-impl Worker {
+impl<B: LockBackend> Worker<B> {
     fn history(&self) -> &History {
         &self.env.history
     }
@@ -105,7 +105,7 @@ impl Worker {
     }
 
     /// The grant of `guard` as it stands now.
-    fn grant(guard: &Guard, returned_lost: Option<String>) -> Grant {
+    fn grant(guard: &Guard<B>, returned_lost: Option<String>) -> Grant {
         let at = Instant::now();
         Grant {
             fence: guard.fencing_token(),
@@ -123,8 +123,8 @@ impl Worker {
         shared: bool,
         permits: u32,
         lease: Duration,
-        call: impl Future<Output = lock_core::Result<Option<Guard>>>,
-    ) -> Option<(OpId, Guard)> {
+        call: impl Future<Output = lock_core::Result<Option<Guard<B>>>>,
+    ) -> Option<(OpId, Guard<B>)> {
         let call_of = Call::Acquire {
             lock: lock.to_owned(),
             owner: owner.to_owned(),
@@ -156,8 +156,8 @@ impl Worker {
         &mut self,
         locks: &[String],
         lease: Duration,
-        call: impl Future<Output = lock_core::Result<Option<MultiGuard<Rec>>>>,
-    ) -> Option<(Vec<OpId>, MultiGuard<Rec>)> {
+        call: impl Future<Output = lock_core::Result<Option<MultiGuard<Rec<B>>>>>,
+    ) -> Option<(Vec<OpId>, MultiGuard<Rec<B>>)> {
         let ops: Vec<OpId> = locks
             .iter()
             .map(|lock| {
@@ -196,7 +196,7 @@ impl Worker {
     }
 
     /// Records how long `guard` (granted by `op`) says its lease still runs.
-    pub(crate) fn observe(&self, op: OpId, guard: &Guard) {
+    pub(crate) fn observe(&self, op: OpId, guard: &Guard<B>) {
         let at = Instant::now();
         let left = guard.valid_for();
         if !left.is_zero() {
@@ -205,7 +205,7 @@ impl Worker {
     }
 
     /// Holds the guards for `d`, noting their leases as the watchdogs renew them.
-    pub(crate) async fn hold(&mut self, held: &[(OpId, &Guard)], d: Duration) {
+    pub(crate) async fn hold(&mut self, held: &[(OpId, &Guard<B>)], d: Duration) {
         let end = Instant::now() + d;
         loop {
             for (op, guard) in held {
@@ -221,7 +221,7 @@ impl Worker {
 
     /// Releases `guard` (granted by `op`), or sometimes drops it (a release
     /// in the background, whose answer nobody hears).
-    pub(crate) async fn release(&mut self, op: OpId, guard: Guard) {
+    pub(crate) async fn release(&mut self, op: OpId, guard: Guard<B>) {
         self.observe(op, &guard);
         let release = self.history().invoke(self.id, Call::Release(vec![op]));
         if self.rng.random_bool(0.15) {
@@ -234,7 +234,7 @@ impl Worker {
     }
 
     /// Releases every lock of `multi` (granted by `ops`).
-    pub(crate) async fn release_multi(&mut self, ops: &[OpId], multi: MultiGuard<Rec>) {
+    pub(crate) async fn release_multi(&mut self, ops: &[OpId], multi: MultiGuard<Rec<B>>) {
         for (op, guard) in ops.iter().zip(multi.guards()) {
             self.observe(*op, guard);
         }

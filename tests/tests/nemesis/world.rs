@@ -1,25 +1,83 @@
 //! Where a scenario's clients meet Redis: one server behind a proxy per
-//! client, or a cluster whose every node announces a proxy in front of it
+//! client; a master with a replica; Redlock's five servers, each behind a
+//! proxy; or a cluster whose every node announces a proxy in front of it
 //! (redis-rs follows the addresses nodes announce, so every connection a
 //! cluster client makes goes through a proxy; the nodes still talk to each
 //! other directly on the cluster bus).
+//!
+//! Servers a nemesis kills (one server, Redlock's) keep their data on disk
+//! (`appendonly yes`, `appendfsync always`): a restart brings back every
+//! write that was answered, so a double grant after one is a real bug.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{AnyBackend, RedisBackend, RedisConfig};
-use lock_tests::RedisServer;
-use lock_tests::cluster::RedisCluster;
+use lock_core::lock::Redlock;
+use lock_tests::cluster::{Failover, RedisCluster};
 use lock_tests::fault_proxy::FaultProxy;
+use lock_tests::{RedisServer, ServerOptions};
+use rand::Rng;
+use rand::rngs::StdRng;
 use redis::cluster::ClusterClientBuilder;
 
 use crate::env::CLIENTS;
 
-/// The servers of a scenario.
+/// Redlock's servers.
+pub(crate) const REDLOCK_SERVERS: usize = 5;
+
+/// What a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One persistent server (killed and restarted by the nemesis).
+    One,
+    /// A master and its replica; writes wait for the replica
+    /// (`sync_replicas(1, 300 ms)`); the nemesis pauses the replica.
+    Replicated,
+    /// Five persistent servers for Redlock (a minority killed at a time).
+    Redlock,
+    /// A Redis Cluster. `synced`: writes wait for one replica; `force`:
+    /// the nemesis also makes `FORCE` failovers (which lose writes).
+    Cluster {
+        /// Whether writes wait for a replica (`sync_replicas(1, 500 ms)`).
+        synced: bool,
+        /// Whether failovers may be forced (not only graceful).
+        force: bool,
+    },
+}
+
+impl Topology {
+    /// How writes wait for replicas, if they do.
+    pub(crate) fn sync(self) -> Option<(u32, Duration)> {
+        match self {
+            Topology::Replicated => Some((1, Duration::from_millis(300))),
+            Topology::Cluster { synced: true, .. } => Some((1, Duration::from_millis(500))),
+            _ => None,
+        }
+    }
+}
+
+/// The servers of a scenario (one of each per scenario: their sizes do
+/// not matter).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum World {
     /// One server; each client has a proxy of its own.
-    One(RedisServer),
+    One(Mutex<RedisServer>),
+    /// A master (each client with a proxy of its own) and its replica.
+    Replicated {
+        /// The master, which clients reach.
+        master: RedisServer,
+        /// Its replica, which only confirms writes.
+        replica: RedisServer,
+    },
+    /// Independent servers, each behind one proxy that every client uses.
+    Redlock(Vec<Mutex<RedisServer>>),
     /// Three masters and three replicas, each node behind a proxy.
     Cluster(RedisCluster),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Timeouts short enough for faults to show within a scenario.
@@ -30,11 +88,66 @@ fn config() -> RedisConfig {
 }
 
 impl World {
-    /// The servers, to pause.
-    pub(crate) fn servers(&self) -> &[RedisServer] {
+    /// Starts the servers of `topology`.
+    pub(crate) fn start(topology: Topology) -> World {
+        match topology {
+            Topology::One => World::One(Mutex::new(RedisServer::start_with(
+                ServerOptions::new().persistent(),
+            ))),
+            Topology::Replicated => {
+                let master = RedisServer::start();
+                let replica = RedisServer::start_with(
+                    ServerOptions::new()
+                        .arg("--replicaof")
+                        .arg("127.0.0.1")
+                        .arg(master.port().to_string()),
+                );
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while lock_tests::cluster::info(&replica, "replication", "master_link_status")
+                    .as_deref()
+                    != Some("up")
+                {
+                    assert!(Instant::now() < deadline, "the replica never caught up");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                World::Replicated { master, replica }
+            }
+            Topology::Redlock => World::Redlock(
+                (0..REDLOCK_SERVERS)
+                    .map(|_| Mutex::new(RedisServer::start_with(ServerOptions::new().persistent())))
+                    .collect(),
+            ),
+            Topology::Cluster { .. } => World::Cluster(RedisCluster::start()),
+        }
+    }
+
+    /// How many servers the nemesis may pause (the replica only, for
+    /// [`World::Replicated`]).
+    pub(crate) fn pausable(&self) -> usize {
         match self {
-            World::One(server) => std::slice::from_ref(server),
-            World::Cluster(cluster) => cluster.nodes(),
+            World::One(_) | World::Replicated { .. } => 1,
+            World::Redlock(servers) => servers.len(),
+            World::Cluster(cluster) => cluster.nodes().len(),
+        }
+    }
+
+    /// Pauses (SIGSTOP) pausable server `i`.
+    pub(crate) fn pause(&self, i: usize) {
+        match self {
+            World::One(server) => lock(server).pause(),
+            World::Replicated { replica, .. } => replica.pause(),
+            World::Redlock(servers) => lock(&servers[i]).pause(),
+            World::Cluster(cluster) => cluster.nodes()[i].pause(),
+        }
+    }
+
+    /// Resumes (SIGCONT) pausable server `i`.
+    pub(crate) fn resume(&self, i: usize) {
+        match self {
+            World::One(server) => lock(server).resume(),
+            World::Replicated { replica, .. } => replica.resume(),
+            World::Redlock(servers) => lock(&servers[i]).resume(),
+            World::Cluster(cluster) => cluster.nodes()[i].resume(),
         }
     }
 
@@ -43,90 +156,193 @@ impl World {
     /// writes by design.
     pub(crate) fn longest_pause(&self) -> Duration {
         match self {
-            World::One(_) => Duration::from_millis(1500),
+            World::One(_) | World::Redlock(_) => Duration::from_millis(1500),
+            World::Replicated { .. } => Duration::from_millis(2000),
             World::Cluster(_) => Duration::from_millis(500),
         }
     }
 
-    /// The proxies: one per client, or one per cluster node, which then
-    /// announces it (and this waits until every node agrees).
-    pub(crate) fn proxies(&self, seed: u64) -> Vec<FaultProxy> {
-        match self {
-            World::One(server) => (0..CLIENTS)
-                .map(|i| FaultProxy::to_server(server, seed + i as u64))
-                .collect(),
-            World::Cluster(cluster) => {
-                let proxies: Vec<FaultProxy> = cluster
-                    .nodes()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, node)| FaultProxy::to_server(node, seed + i as u64))
-                    .collect();
-                for (node, proxy) in cluster.nodes().iter().zip(&proxies) {
-                    let mut conn = node.connection();
-                    let bus = u32::from(node.port()) + 10_000;
-                    for (setting, value) in [
-                        // A pause of a node is a pause, never a failover.
-                        ("cluster-node-timeout", "5000".to_owned()),
-                        ("cluster-announce-ip", "127.0.0.1".to_owned()),
-                        ("cluster-announce-bus-port", bus.to_string()),
-                        ("cluster-announce-port", proxy.addr().port().to_string()),
-                    ] {
-                        redis::cmd("CONFIG")
-                            .arg("SET")
-                            .arg(setting)
-                            .arg(value)
-                            .query::<()>(&mut conn)
-                            .unwrap_or_else(|e| panic!("CONFIG SET {setting}: {e}"));
-                    }
-                }
-                let ports: Vec<u16> = proxies.iter().map(|p| p.addr().port()).collect();
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while !cluster.nodes().iter().all(|node| announces(node, &ports)) {
-                    assert!(
-                        Instant::now() < deadline,
-                        "the nodes did not announce their proxies within 20 s"
-                    );
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                proxies
-            }
+    /// Kills (SIGKILL) the servers `which`, waits `down`, and starts them
+    /// again with their data (blocking).
+    pub(crate) fn kill_restart(&self, which: &[usize], down: Duration) {
+        let servers: Vec<&Mutex<RedisServer>> = match self {
+            World::One(server) => vec![server],
+            World::Redlock(servers) => which.iter().map(|&i| &servers[i]).collect(),
+            _ => panic!("only one server or Redlock's are killed"),
+        };
+        for server in &servers {
+            lock(server).kill();
+        }
+        std::thread::sleep(down);
+        for server in &servers {
+            lock(server).restart();
         }
     }
 
-    /// Client `i`, connected through the proxies.
-    pub(crate) async fn client(&self, proxies: &[FaultProxy], i: usize) -> AnyBackend {
+    /// Makes the replica of a random master take over (blocking until the
+    /// cluster agrees); `force` without the old master's agreement (writes
+    /// it had not passed on are lost). A master in `avoid` is not chosen:
+    /// the other masters vote for no second replacement of a master within
+    /// twice the node timeout. The master replaced and whether it was
+    /// forced, or `None` when every master was to be avoided.
+    pub(crate) fn failover(
+        &self,
+        rng: &mut StdRng,
+        force: bool,
+        avoid: &[usize],
+    ) -> Option<(usize, bool)> {
+        let World::Cluster(cluster) = self else {
+            panic!("only a cluster fails over");
+        };
+        let masters: Vec<usize> = cluster
+            .masters()
+            .into_iter()
+            .filter(|m| !avoid.contains(m))
+            .collect();
+        if masters.is_empty() {
+            return None;
+        }
+        let master = masters[rng.random_range(0..masters.len())];
+        let replica = cluster.replica_of(master);
+        let forced = force && rng.random_bool(0.5);
+        cluster.failover(
+            replica,
+            if forced {
+                Failover::Force
+            } else {
+                Failover::Graceful
+            },
+        );
+        Some((master, forced))
+    }
+
+    /// The proxies: one per client (to the server, or the master), or one
+    /// per server (Redlock) or cluster node, which then announces it (and
+    /// this waits until every node agrees).
+    pub(crate) fn proxies(&self, seed: u64) -> Vec<FaultProxy> {
         match self {
-            World::One(_) => {
-                let proxy = &proxies[i % proxies.len()];
-                let client = redis::Client::open(proxy.url()).expect("proxy url");
-                let backend = RedisBackend::connect_with(client, config()).await;
-                backend
-                    .unwrap_or_else(|e| panic!("cannot connect through {}: {e}", proxy.url()))
-                    .into()
+            World::One(server) => {
+                let server = lock(server);
+                (0..CLIENTS)
+                    .map(|i| FaultProxy::to_server(&server, seed + i as u64))
+                    .collect()
             }
+            World::Replicated { master, .. } => (0..CLIENTS)
+                .map(|i| FaultProxy::to_server(master, seed + i as u64))
+                .collect(),
+            World::Redlock(servers) => servers
+                .iter()
+                .enumerate()
+                .map(|(i, server)| FaultProxy::to_server(&lock(server), seed + i as u64))
+                .collect(),
+            World::Cluster(cluster) => cluster_proxies(cluster, seed),
+        }
+    }
+
+    /// Client `i`, connected through the proxies; writes wait for `sync`'s
+    /// replicas, if given.
+    pub(crate) async fn client(
+        &self,
+        proxies: &[FaultProxy],
+        i: usize,
+        sync: Option<(u32, Duration)>,
+    ) -> AnyBackend {
+        let (n, timeout) = sync.unwrap_or((0, Duration::ZERO));
+        match self {
+            World::One(_) | World::Replicated { .. } => {
+                let backend = connect(&proxies[i % proxies.len()].url()).await;
+                backend.sync_replicas(n, timeout).into()
+            }
+            World::Redlock(_) => panic!("Redlock's clients are made by `redlock`"),
             World::Cluster(_) => {
                 let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
                 let builder = ClusterClientBuilder::new(urls);
                 let backend = RedisBackend::connect_cluster_with(builder, config()).await;
                 backend
                     .unwrap_or_else(|e| panic!("cannot connect to the cluster: {e}"))
+                    .sync_replicas(n, timeout)
                     .into()
             }
         }
     }
 
-    /// A client for setting up and reading back: straight to the server,
-    /// or to a cluster through its (healed) proxies.
-    pub(crate) async fn direct(&self, proxies: &[FaultProxy]) -> AnyBackend {
+    /// A Redlock client over every server, each through its proxy.
+    pub(crate) async fn redlock(&self, proxies: &[FaultProxy]) -> Redlock {
+        let mut servers = Vec::new();
+        for proxy in proxies {
+            servers.push(connect(&proxy.url()).await);
+        }
+        Redlock::new(servers)
+            .expect("servers")
+            .per_server_timeout(Duration::from_millis(150))
+    }
+
+    /// The URL of the one server, the master, or Redlock's first server.
+    pub(crate) fn url(&self) -> String {
         match self {
-            World::One(server) => RedisBackend::connect(&server.url())
-                .await
-                .expect("connect")
-                .into(),
-            World::Cluster(_) => self.client(proxies, 0).await,
+            World::One(server) => lock(server).url(),
+            World::Replicated { master, .. } => master.url(),
+            World::Redlock(servers) => lock(&servers[0]).url(),
+            World::Cluster(cluster) => cluster.nodes()[0].url(),
         }
     }
+
+    /// A client for setting up and reading back: straight to the server
+    /// (the master), or to a cluster through its (healed) proxies.
+    pub(crate) async fn direct(&self, proxies: &[FaultProxy]) -> AnyBackend {
+        if let World::Cluster(_) = self {
+            return self.client(proxies, 0, None).await;
+        }
+        RedisBackend::connect(&self.url())
+            .await
+            .expect("connect")
+            .into()
+    }
+}
+
+async fn connect(url: &str) -> RedisBackend {
+    let client = redis::Client::open(url).expect("proxy url");
+    RedisBackend::connect_with(client, config())
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect through {url}: {e}"))
+}
+
+/// A proxy per node, which the node then announces.
+fn cluster_proxies(cluster: &RedisCluster, seed: u64) -> Vec<FaultProxy> {
+    let proxies: Vec<FaultProxy> = cluster
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, node)| FaultProxy::to_server(node, seed + i as u64))
+        .collect();
+    for (node, proxy) in cluster.nodes().iter().zip(&proxies) {
+        let mut conn = node.connection();
+        let bus = u32::from(node.port()) + 10_000;
+        for (setting, value) in [
+            // A pause of a node is a pause, never a failover.
+            ("cluster-node-timeout", "5000".to_owned()),
+            ("cluster-announce-ip", "127.0.0.1".to_owned()),
+            ("cluster-announce-bus-port", bus.to_string()),
+            ("cluster-announce-port", proxy.addr().port().to_string()),
+        ] {
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(setting)
+                .arg(value)
+                .query::<()>(&mut conn)
+                .unwrap_or_else(|e| panic!("CONFIG SET {setting}: {e}"));
+        }
+    }
+    let ports: Vec<u16> = proxies.iter().map(|p| p.addr().port()).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cluster.nodes().iter().all(|node| announces(node, &ports)) {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes did not announce their proxies within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    proxies
 }
 
 /// Whether every node `node` knows of is at one of `ports`.

@@ -1,0 +1,190 @@
+//! The nemesis: faults chosen from the scenario's seed, injected until the
+//! deadline: cuts after a forwarded command, cuts at random bytes, delays,
+//! partitions (black holes) and connection resets on the proxies; server
+//! pauses (SIGSTOP); and what the world allows besides: a kill and restart
+//! of the one server or of a minority of Redlock's (with their data), a
+//! cluster failover (graceful, or `FORCE` where the scenario allows it), a
+//! long pause of a master's replica.
+
+use std::time::{Duration, Instant};
+
+use lock_tests::fault_proxy::{Fault, FaultProxy};
+use lock_tests::history::Violation;
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+
+use crate::env::{Env, lock};
+use crate::world::{Topology, World};
+
+fn ms(rng: &mut StdRng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(rng.random_range(lo..hi))
+}
+
+impl Env {
+    /// Arms the one-shot `cut` on a random proxy, turning into `then` once
+    /// it fired; a proxy that carries nothing for 700 ms is disarmed and
+    /// another tried (a cluster node may hold none of the keys in use).
+    /// The proxy it fired on.
+    async fn cut(&self, rng: &mut StdRng, cut: Fault, then: Fault) -> Option<&FaultProxy> {
+        for _ in 0..3 {
+            let proxy = &self.proxies[rng.random_range(0..self.proxies.len())];
+            let before = proxy.cuts();
+            proxy.set_then(cut, then);
+            let fired =
+                lock_tests::eventually(Duration::from_millis(700), async || proxy.cuts() > before)
+                    .await;
+            if fired {
+                return Some(proxy);
+            }
+            proxy.heal();
+        }
+        None
+    }
+
+    /// Pauses pausable server `i` for `d`, noting when it surely was.
+    async fn pause_server(&self, i: usize, d: Duration) {
+        self.world.pause(i);
+        let from = Instant::now();
+        tokio::time::sleep(d).await;
+        let until = Instant::now();
+        self.world.resume(i);
+        lock(&self.paused).push((i, from, until));
+    }
+
+    /// The fault only some worlds have: a kill and restart, a failover, a
+    /// long pause of the replica.
+    async fn world_fault(&self, rng: &mut StdRng) {
+        match (&self.world, self.topology) {
+            (World::One(_), _) => {
+                let down = ms(rng, 100, 1000);
+                tokio::task::block_in_place(|| self.world.kill_restart(&[0], down));
+                self.count("kill");
+            }
+            (World::Redlock(servers), _) => {
+                // A minority: the other servers still make a majority.
+                let n = rng.random_range(1..=(servers.len() - 1) / 2);
+                let which = sample(rng, servers.len(), n).into_vec();
+                let down = ms(rng, 100, 1500);
+                tokio::task::block_in_place(|| self.world.kill_restart(&which, down));
+                self.count("kill");
+            }
+            (World::Cluster(_), Topology::Cluster { force, .. }) => {
+                // Masters vote for no second replacement of a master
+                // within twice the node timeout (5 s here).
+                let mut replaced = lock(&self.replaced);
+                replaced.retain(|&(_, at)| at.elapsed() < Duration::from_secs(12));
+                let avoid: Vec<usize> = replaced.iter().map(|&(m, _)| m).collect();
+                let mut choice = StdRng::seed_from_u64(rng.random());
+                let done =
+                    tokio::task::block_in_place(|| self.world.failover(&mut choice, force, &avoid));
+                if let Some((master, forced)) = done {
+                    replaced.push((master, Instant::now()));
+                    drop(replaced);
+                    self.count(if forced { "failover-force" } else { "failover" });
+                    self.failed_over();
+                }
+            }
+            _ => {
+                let d = ms(rng, 500, self.world.longest_pause().as_millis() as u64);
+                self.pause_server(0, d).await;
+                self.count("pause");
+            }
+        }
+    }
+
+    /// Injects faults chosen from the seed until the deadline, heals them
+    /// all, then waits for `workers`; a worker that does not finish within
+    /// a minute, or panics, is a violation.
+    pub(crate) async fn nemesis(
+        &self,
+        workers: Vec<tokio::task::JoinHandle<()>>,
+    ) -> Vec<Violation> {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x6e656d65);
+        while !self.over() {
+            tokio::time::sleep(ms(&mut rng, 100, 500)).await;
+            let injected = self.injected();
+            let proxy = &self.proxies[rng.random_range(0..self.proxies.len())];
+            // Cuts after a forwarded command come most often: they make
+            // outcomes unknown, which is where retries go wrong.
+            match rng.random_range(0..24) {
+                0..7 => {
+                    // Half the time the network stays slow after the cut:
+                    // what others do meanwhile comes between the call and
+                    // its retry on the new connection.
+                    let then = if rng.random_bool(0.5) {
+                        Fault::Delay(ms(&mut rng, 10, 60))
+                    } else {
+                        Fault::Pass
+                    };
+                    if let Some(proxy) = self.cut(&mut rng, Fault::CutAfterForward, then).await {
+                        self.count("cut");
+                        if then != Fault::Pass {
+                            tokio::time::sleep(ms(&mut rng, 300, 800)).await;
+                        }
+                        proxy.heal();
+                    }
+                }
+                7..9 => {
+                    if self
+                        .cut(&mut rng, Fault::CutRandom, Fault::Pass)
+                        .await
+                        .is_some()
+                    {
+                        self.count("cut-random");
+                    }
+                }
+                9..12 => {
+                    proxy.set(Fault::Delay(ms(&mut rng, 5, 200)));
+                    self.count("delay");
+                    tokio::time::sleep(ms(&mut rng, 300, 2000)).await;
+                    proxy.heal();
+                }
+                12..15 => {
+                    proxy.set(Fault::BlackHole);
+                    self.count("partition");
+                    tokio::time::sleep(ms(&mut rng, 300, 2500)).await;
+                    proxy.heal();
+                }
+                15..18 => {
+                    let i = rng.random_range(0..self.world.pausable());
+                    let longest = self.world.longest_pause().as_millis() as u64;
+                    let d = ms(&mut rng, 200, longest);
+                    self.pause_server(i, d).await;
+                    self.count("pause");
+                }
+                18 => {
+                    proxy.cut_all();
+                    self.count("reset");
+                }
+                _ => self.world_fault(&mut rng).await,
+            }
+            if self.injected() > injected {
+                lock(&self.healed).push(Instant::now());
+            }
+        }
+        for proxy in &self.proxies {
+            proxy.heal();
+        }
+        let mut found = Vec::new();
+        let joined = tokio::time::timeout(
+            Duration::from_secs(60),
+            futures_util::future::join_all(workers),
+        )
+        .await;
+        match joined {
+            Err(_) => found.push(Violation::new(
+                "hang",
+                "a worker did not finish within 60 s of the end",
+            )),
+            Ok(results) => {
+                for result in results {
+                    if let Err(e) = result {
+                        found.push(Violation::new("panic", format!("a worker failed: {e}")));
+                    }
+                }
+            }
+        }
+        found
+    }
+}
