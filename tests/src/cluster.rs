@@ -79,12 +79,20 @@ pub fn cli_binary() -> PathBuf {
 }
 
 /// Polls `check` every 50 ms until it holds or `within` passes.
-fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+fn wait_until(within: Duration, what: &str, check: impl FnMut() -> bool) {
+    assert!(poll(within, check), "{what}: not within {within:?}");
+}
+
+/// Polls `check` every 50 ms: whether it held within `within`.
+fn poll(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while !check() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
 }
 
 impl RedisCluster {
@@ -274,6 +282,51 @@ impl RedisCluster {
     /// # Panics
     /// When the failover does not complete within 30 s.
     pub fn failover(&self, replica: usize, how: Failover) {
+        self.ask_failover(replica, how)
+            .unwrap_or_else(|e| panic!("CLUSTER FAILOVER: {e}"));
+        wait_until(
+            Duration::from_secs(30),
+            "the replica became a master",
+            || self.promoted(replica),
+        );
+        wait_until(
+            Duration::from_secs(30),
+            "cluster_state:ok after the failover",
+            || self.all_ok(),
+        );
+    }
+
+    /// As [`failover`](Self::failover), but a failover that has not
+    /// completed after 15 s is asked for again more forcefully (`FORCE`,
+    /// then `TAKEOVER`): for fault injection, where the replica's link to
+    /// its master may just have been disturbed, so that a graceful
+    /// handover cannot complete. Returns the kind that completed.
+    ///
+    /// # Panics
+    /// When not even a `TAKEOVER` completes within 30 s.
+    pub fn failover_eventually(&self, replica: usize, how: Failover) -> Failover {
+        let kinds: &[Failover] = match how {
+            Failover::Graceful => &[Failover::Graceful, Failover::Force, Failover::Takeover],
+            Failover::Force => &[Failover::Force, Failover::Takeover],
+            Failover::Takeover => &[Failover::Takeover],
+        };
+        for &kind in kinds {
+            let within = Duration::from_secs(if kind == Failover::Takeover { 30 } else { 15 });
+            // Refused ("the master is down, use FORCE"): the next kind.
+            if self.ask_failover(replica, kind).is_ok() && poll(within, || self.promoted(replica)) {
+                wait_until(
+                    Duration::from_secs(30),
+                    "cluster_state:ok after the failover",
+                    || self.all_ok(),
+                );
+                return kind;
+            }
+        }
+        panic!("node {replica} did not become a master, not even by TAKEOVER");
+    }
+
+    /// Sends `CLUSTER FAILOVER` (of the kind `how`) to `replica`.
+    fn ask_failover(&self, replica: usize, how: Failover) -> redis::RedisResult<()> {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("FAILOVER");
         match how {
@@ -285,19 +338,12 @@ impl RedisCluster {
                 cmd.arg("FORCE");
             }
         }
-        let () = cmd
-            .query(&mut self.nodes[replica].connection())
-            .unwrap_or_else(|e| panic!("CLUSTER FAILOVER: {e}"));
-        wait_until(
-            Duration::from_secs(30),
-            "the replica became a master",
-            || self.role(replica).as_deref() == Some("master") && self.owns_slots(replica),
-        );
-        wait_until(
-            Duration::from_secs(30),
-            "cluster_state:ok after the failover",
-            || self.all_ok(),
-        );
+        cmd.query(&mut self.nodes[replica].connection())
+    }
+
+    /// Whether `node` is a master that owns slots.
+    fn promoted(&self, node: usize) -> bool {
+        self.role(node).as_deref() == Some("master") && self.owns_slots(node)
     }
 
     /// Cuts `replica` off from its master: the replica is stopped

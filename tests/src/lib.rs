@@ -52,6 +52,27 @@ pub async fn redis_backend() -> (RedisServer, RedisBackend) {
     (server, backend)
 }
 
+/// Starts a master and one replica of it, and waits until the replica's
+/// link is up (for replica-safety tests: `sync_replicas`, `WAIT`).
+///
+/// # Panics
+/// When either cannot be started, or the replica is not linked in 20 s.
+pub fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(
+        ServerOptions::new()
+            .arg("--replicaof")
+            .arg("127.0.0.1")
+            .arg(master.port().to_string()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster::info(&replica, "replication", "master_link_status").as_deref() != Some("up") {
+        assert!(Instant::now() < deadline, "the replica never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (master, replica)
+}
+
 /// How many `EVALSHA` calls the server behind `conn` has run
 /// (`INFO commandstats`): a count of script round trips.
 pub fn evalsha_calls(conn: &mut redis::Connection) -> u64 {

@@ -4,7 +4,7 @@
 //! kinds' waits are in the conformance suite (`any_wait_is_accepted`).
 
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
@@ -14,9 +14,8 @@ use lock_core::backend::{MemoryBackend, RedisBackend, RedisConfig};
 use lock_core::counter::{CounterBackend, Stock};
 use lock_core::lock::{Lock, LockBackend, Redlock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
-use lock_tests::cluster::info;
 use lock_tests::http::{TestClient, TestServer};
-use lock_tests::{RedisServer, ServerOptions};
+use lock_tests::RedisServer;
 use lock_tower::key::PathKey;
 use lock_tower::{LockLayer, RateLimitLayer};
 
@@ -120,18 +119,7 @@ async fn redis_accepts_any_duration() {
 /// confirmed at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synced_writes_accept_any_timeout() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_with(
-        ServerOptions::new()
-            .arg("--replicaof")
-            .arg("127.0.0.1")
-            .arg(master.port().to_string()),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while info(&replica, "replication", "master_link_status").as_deref() != Some("up") {
-        assert!(Instant::now() < deadline, "the replica never caught up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (master, _replica) = lock_tests::master_and_replica();
     let backend = RedisBackend::connect(&master.url()).await.expect("connect");
     for (i, d) in DURATIONS.into_iter().enumerate() {
         let synced = backend.clone().sync_replicas(1, d);

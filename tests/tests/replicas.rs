@@ -12,25 +12,9 @@ use lock_core::lock::{Lock, LockOptions};
 use lock_tests::cluster::info;
 use lock_tests::{RedisServer, ServerOptions};
 
-fn master_and_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_with(
-        ServerOptions::new()
-            .arg("--replicaof")
-            .arg("127.0.0.1")
-            .arg(master.port().to_string()),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while info(&replica, "replication", "master_link_status").as_deref() != Some("up") {
-        assert!(Instant::now() < deadline, "the replica never caught up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (master, replica)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synced_writes_wait_for_the_replica() {
-    let (master, replica) = master_and_replica();
+    let (master, replica) = lock_tests::master_and_replica();
     let backend = RedisBackend::connect(&master.url()).await.expect("connect");
     let synced = backend.clone().sync_replicas(1, Duration::from_millis(800));
     let options = LockOptions::new().lease(Duration::from_secs(30));
@@ -131,7 +115,7 @@ async fn a_master_short_of_replicas_refuses_writes() {
 /// is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_handoff_waits_for_the_replica() {
-    let (master, replica) = master_and_replica();
+    let (master, replica) = lock_tests::master_and_replica();
     let backend = RedisBackend::connect(&master.url()).await.expect("connect");
     let synced = backend.clone().sync_replicas(1, Duration::from_millis(300));
     let options = LockOptions::new().lease(Duration::from_secs(30)).fair(true);
@@ -168,7 +152,7 @@ async fn a_fair_handoff_waits_for_the_replica() {
 /// A master that does not answer at all gives `Error::Timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synced_writes_fail_with_typed_errors() {
-    let (master, replica) = master_and_replica();
+    let (master, replica) = lock_tests::master_and_replica();
     let backend = RedisBackend::connect(&master.url()).await.expect("connect");
     let synced = backend.clone().sync_replicas(1, Duration::from_secs(5));
     let stock = Stock::new(synced.clone());

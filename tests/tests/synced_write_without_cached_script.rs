@@ -8,23 +8,10 @@ use std::time::{Duration, Instant};
 use lock_core::Error;
 use lock_core::backend::RedisBackend;
 use lock_core::lock::{Lock, LockOptions};
-use lock_tests::cluster::info;
-use lock_tests::{RedisServer, ServerOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_the_server_lacks_waits_for_the_replica_once() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_with(
-        ServerOptions::new()
-            .arg("--replicaof")
-            .arg("127.0.0.1")
-            .arg(master.port().to_string()),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while info(&replica, "replication", "master_link_status").as_deref() != Some("up") {
-        assert!(Instant::now() < deadline, "the replica never caught up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (master, replica) = lock_tests::master_and_replica();
     let synced = RedisBackend::connect(&master.url())
         .await
         .expect("connect")

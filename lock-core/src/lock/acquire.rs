@@ -103,16 +103,8 @@ impl<B: LockBackend> Lock<B> {
                 // the caller's next attempt does not meet its own orphan;
                 // if that fails too, the cleanup retries in the background.
                 Err(Error::Backend(error)) if error.code().is_none() => {
-                    let error = Error::Backend(error);
-                    if self
-                        .backend
-                        .release(self.kind, &self.name, &token)
-                        .await
-                        .is_ok()
-                    {
-                        cleanup.armed = false;
-                    }
-                    return Err(error);
+                    cleanup.give_back_now().await;
+                    return Err(Error::Backend(error));
                 }
                 Err(error) => return Err(error),
             };
@@ -186,14 +178,8 @@ impl<B: LockBackend> Lock<B> {
                             // Too few replicas have it: given back now (or by
                             // the cleanup, in the background).
                             Err(error) => {
-                                if matches!(error, Error::NotReplicated { .. })
-                                    && self
-                                        .backend
-                                        .release(self.kind, &self.name, &token)
-                                        .await
-                                        .is_ok()
-                                {
-                                    cleanup.armed = false;
+                                if matches!(error, Error::NotReplicated { .. }) {
+                                    cleanup.give_back_now().await;
                                 }
                                 return Err(error);
                             }
@@ -251,6 +237,22 @@ struct Cleanup<'a, B: LockBackend> {
     name: &'a Name,
     token: Arc<str>,
     armed: bool,
+}
+
+impl<B: LockBackend> Cleanup<'_, B> {
+    /// Releases what the acquisition may hold now; disarmed if that
+    /// worked, else left to release it in the background.
+    async fn give_back_now(&mut self) {
+        self.armed = true;
+        if self
+            .backend
+            .release(self.kind, self.name, &self.token)
+            .await
+            .is_ok()
+        {
+            self.armed = false;
+        }
+    }
 }
 
 impl<B: LockBackend> Drop for Cleanup<'_, B> {

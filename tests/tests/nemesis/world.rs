@@ -95,21 +95,7 @@ impl World {
                 ServerOptions::new().persistent(),
             ))),
             Topology::Replicated => {
-                let master = RedisServer::start();
-                let replica = RedisServer::start_with(
-                    ServerOptions::new()
-                        .arg("--replicaof")
-                        .arg("127.0.0.1")
-                        .arg(master.port().to_string()),
-                );
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while lock_tests::cluster::info(&replica, "replication", "master_link_status")
-                    .as_deref()
-                    != Some("up")
-                {
-                    assert!(Instant::now() < deadline, "the replica never caught up");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
+                let (master, replica) = lock_tests::master_and_replica();
                 World::Replicated { master, replica }
             }
             Topology::Redlock => World::Redlock(
@@ -204,16 +190,15 @@ impl World {
         }
         let master = masters[rng.random_range(0..masters.len())];
         let replica = cluster.replica_of(master);
-        let forced = force && rng.random_bool(0.5);
-        cluster.failover(
-            replica,
-            if forced {
-                Failover::Force
-            } else {
-                Failover::Graceful
-            },
-        );
-        Some((master, forced))
+        let asked = if force && rng.random_bool(0.5) {
+            Failover::Force
+        } else {
+            Failover::Graceful
+        };
+        // A graceful handover that cannot complete (the replica's link
+        // was just disturbed) is forced: reported as such.
+        let done = cluster.failover_eventually(replica, asked);
+        Some((master, done != Failover::Graceful))
     }
 
     /// The proxies: one per client (to the server, or the master), or one
