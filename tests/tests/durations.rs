@@ -14,8 +14,8 @@ use lock_core::backend::{MemoryBackend, RedisBackend, RedisConfig};
 use lock_core::counter::{CounterBackend, Stock};
 use lock_core::lock::{Lock, LockBackend, Redlock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
-use lock_tests::http::{TestClient, TestServer};
 use lock_tests::RedisServer;
+use lock_tests::http::{TestClient, TestServer};
 use lock_tower::key::PathKey;
 use lock_tower::{LockLayer, RateLimitLayer};
 
