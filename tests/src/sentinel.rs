@@ -19,6 +19,10 @@ use crate::{RedisServer, ServerOptions};
 /// The name the Sentinel knows the master by.
 pub const MASTER_NAME: &str = "locks";
 
+/// The Sentinel's `failover-timeout`: the least time between two
+/// failovers a nemesis should ask for.
+pub const FAILOVER_TIMEOUT: Duration = Duration::from_millis(5000);
+
 /// A master, its replica and one Sentinel on loopback. Killed when dropped.
 #[derive(Debug)]
 pub struct SentinelSet {
@@ -51,9 +55,10 @@ impl SentinelSet {
         let config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {} 1\n\
              sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-             sentinel failover-timeout {MASTER_NAME} 5000\n\
+             sentinel failover-timeout {MASTER_NAME} {}\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n",
-            master.port()
+            master.port(),
+            FAILOVER_TIMEOUT.as_millis()
         );
         let sentinel = RedisServer::start_with(ServerOptions::new().config(config).sentinel());
         let set = SentinelSet {
@@ -70,15 +75,27 @@ impl SentinelSet {
         wait_until(
             Duration::from_secs(30),
             "the Sentinel knows the replica and its link",
-            || {
-                redis::cmd("SENTINEL")
-                    .arg("SLAVES")
-                    .arg(MASTER_NAME)
-                    .query::<Vec<Vec<String>>>(&mut set.sentinel.connection())
-                    .is_ok_and(|replicas| replicas.iter().any(|fields| replica_ready(fields)))
-            },
+            || set.sentinel_sees_a_ready_replica(),
         );
         set
+    }
+
+    /// Whether the Sentinel lists a replica it would promote.
+    fn sentinel_sees_a_ready_replica(&self) -> bool {
+        redis::cmd("SENTINEL")
+            .arg("SLAVES")
+            .arg(MASTER_NAME)
+            .query::<Vec<Vec<String>>>(&mut self.sentinel.connection())
+            .is_ok_and(|replicas| replicas.iter().any(|fields| replica_ready(fields)))
+    }
+
+    /// Whether a failover would be taken now: the replica (the data server
+    /// that is not the master) is linked to the master, and the Sentinel
+    /// would promote it. After a failover, the old master turns replica
+    /// only when the Sentinel reconfigures it, seconds later.
+    pub fn can_fail_over(&self) -> bool {
+        info(self.replica(), "replication", "master_link_status").as_deref() == Some("up")
+            && self.sentinel_sees_a_ready_replica()
     }
 
     /// The Sentinel's URL (clients resolve the master through it).
@@ -109,6 +126,16 @@ impl SentinelSet {
         self.server(self.master_port())
     }
 
+    /// The data server that is not the master (the replica, or the old
+    /// master until the Sentinel makes it one).
+    pub fn replica(&self) -> &RedisServer {
+        let master = self.master_port();
+        self.servers
+            .iter()
+            .find(|s| s.port() != master)
+            .expect("two data servers")
+    }
+
     /// `SENTINEL FAILOVER`: the replica becomes the master; waits until the
     /// Sentinel says so and the new master takes writes.
     ///
@@ -129,6 +156,29 @@ impl SentinelSet {
                     && info(self.master(), "replication", "role").as_deref() == Some("master")
             },
         );
+    }
+
+    /// Makes the data server that is not the master a replica of it now,
+    /// as the Sentinel does by itself seconds after a failover, and waits
+    /// until it is in sync (the master's synced writes then go through).
+    ///
+    /// # Panics
+    /// When it is not in sync within 30 s.
+    pub fn rejoin(&self) {
+        let master = self.master_port();
+        let replica = self.replica();
+        let follows = info(replica, "replication", "role").as_deref() == Some("slave")
+            && info(replica, "replication", "master_port") == Some(master.to_string());
+        if !follows {
+            let () = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(master)
+                .query(&mut replica.connection())
+                .unwrap_or_else(|e| panic!("REPLICAOF: {e}"));
+        }
+        wait_until(Duration::from_secs(30), "the old master in sync", || {
+            info(replica, "replication", "master_link_status").as_deref() == Some("up")
+        });
     }
 }
 

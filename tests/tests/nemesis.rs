@@ -6,7 +6,8 @@
 //! `appendfsync always`), fails cluster shards over (graceful, and `FORCE`
 //! in `cluster-locks`, where overlaps after a failover are only reported,
 //! as documented), kills a minority of Redlock's five servers, pauses a
-//! master's replica (`replica-sync`), and pauses a client process past its
+//! master's replica (`replica-sync`), fails a Sentinel set over while
+//! writes wait for its replica (`sentinel-synced`), and pauses a client process past its
 //! lease (`paused-client`, against a fenced resource). Every operation goes into a history
 //! ([`lock_tests::history`]) that is checked afterwards: no two valid
 //! guards conflict, fencing tokens rise, no guard is returned already
@@ -122,6 +123,15 @@ fn cluster_synced_locks() {
     scenario_on("cluster-synced", topology, |env| {
         locks::exclusive(env, true)
     });
+}
+
+#[test]
+fn sentinel_synced() {
+    scenario_on(
+        "sentinel-synced",
+        Topology::Sentinel,
+        replicated::sentinel_synced,
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use crate::env::Env;
-use crate::worker::{Worker, clients, spawn};
+use crate::worker::{Rec, Worker, clients, spawn, spawn_from};
 
 const ITEMS: [(&str, u64); 3] = [("sku-a", 200), ("sku-b", 40), ("sku-c", 100)];
 /// The worker number the settling after the run is recorded under.
@@ -23,12 +23,29 @@ const SETTLER: usize = 99;
 /// every unanswered operation id is retried (and some answered ones) and
 /// every order settled, then conservation is checked.
 pub(crate) async fn stock(env: Arc<Env>) -> Vec<Violation> {
+    stock_setup(&env).await;
+    let clients = clients(&env).await;
+    let workers = stock_workers(&env, &clients, 0);
+    let mut found = env.nemesis(workers).await;
+    found.extend(stock_check(&env).await);
+    found
+}
+
+/// Sets the items' initial stock.
+pub(crate) async fn stock_setup(env: &Env) {
     let direct = Stock::new(env.direct().await);
     for (item, n) in ITEMS {
         direct.set(item, n).await.expect("set");
     }
-    let clients = clients(&env).await;
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+}
+
+/// The workers of [`stock`], numbered from `first`.
+pub(crate) fn stock_workers(
+    env: &Arc<Env>,
+    clients: &[Rec],
+    first: usize,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    spawn_from(env, clients, first, move |mut w: Worker| async move {
         let stock = Stock::new(w.client.inner().clone());
         let mut open: Vec<(&str, String)> = Vec::new();
         let history = w.env.history.clone();
@@ -73,14 +90,19 @@ pub(crate) async fn stock(env: Arc<Env>) -> Vec<Violation> {
             }
             w.pause().await;
         }
-    });
-    let mut found = env.nemesis(workers).await;
+    })
+}
+
+/// Once the faults are over: settles what is open and checks that stock
+/// was conserved.
+pub(crate) async fn stock_check(env: &Env) -> Vec<Violation> {
+    let mut found = Vec::new();
     // What a partition held back has landed; holds may still run. A new
     // client: on a cluster, the first one's connections went through the
     // proxies the nemesis cut.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after = Stock::new(env.direct().await);
-    settle_all(&env, &after).await;
+    settle_all(env, &after).await;
     for (item, initial) in ITEMS {
         let mut remaining = after.get(item).await;
         for _ in 0..5 {

@@ -4,12 +4,15 @@
 //! pauses (SIGSTOP); and what the world allows besides: a kill and restart
 //! of the one server or of a minority of Redlock's (with their data), a
 //! cluster failover (graceful, or `FORCE` where the scenario allows it), a
-//! long pause of a master's replica.
+//! long pause of a master's replica, a Sentinel failover. A Sentinel set
+//! has no proxies (clients go where the Sentinel says): its nemesis only
+//! pauses the replica and fails over.
 
 use std::time::{Duration, Instant};
 
 use lock_tests::fault_proxy::{Fault, FaultProxy};
 use lock_tests::history::Violation;
+use lock_tests::sentinel::FAILOVER_TIMEOUT;
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -85,6 +88,33 @@ impl Env {
                     self.failed_over();
                 }
             }
+            (World::Sentinel(set), _) => {
+                // One failover per failover-timeout at most, and only once
+                // the old master is a replica again and the Sentinel would
+                // promote it.
+                let due = lock(&self.replaced)
+                    .last()
+                    .is_none_or(|&(_, at)| at.elapsed() >= FAILOVER_TIMEOUT);
+                if due && rng.random_bool(0.6) && set.can_fail_over() {
+                    // The old master stays one (with no replica: synced
+                    // writes fail) until the Sentinel makes it a replica,
+                    // seconds later; half the time it is done at once.
+                    let rejoin = rng.random_bool(0.5);
+                    tokio::task::block_in_place(|| {
+                        set.failover();
+                        if rejoin {
+                            set.rejoin();
+                        }
+                    });
+                    lock(&self.replaced).push((0, Instant::now()));
+                    self.count("failover");
+                    self.failed_over();
+                } else {
+                    let d = ms(rng, 200, self.world.longest_pause().as_millis() as u64);
+                    self.pause_server(0, d).await;
+                    self.count("pause");
+                }
+            }
             _ => {
                 let d = ms(rng, 500, self.world.longest_pause().as_millis() as u64);
                 self.pause_server(0, d).await;
@@ -104,6 +134,13 @@ impl Env {
         while !self.over() {
             tokio::time::sleep(ms(&mut rng, 100, 500)).await;
             let injected = self.injected();
+            if self.proxies.is_empty() {
+                self.world_fault(&mut rng).await;
+                if self.injected() > injected {
+                    lock(&self.healed).push(Instant::now());
+                }
+                continue;
+            }
             let proxy = &self.proxies[rng.random_range(0..self.proxies.len())];
             // Cuts after a forwarded command come most often: they make
             // outcomes unknown, which is where retries go wrong.
@@ -165,6 +202,12 @@ impl Env {
         }
         for proxy in &self.proxies {
             proxy.heal();
+        }
+        if let World::Sentinel(set) = &self.world {
+            // Synced writes need a replica: after a failover, the old
+            // master becomes one only when the Sentinel reconfigures it.
+            // Done here at once, for the checks after the run.
+            tokio::task::block_in_place(|| set.rejoin());
         }
         let mut found = Vec::new();
         let joined = tokio::time::timeout(

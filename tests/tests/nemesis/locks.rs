@@ -14,7 +14,7 @@ use lock_tests::history::locks::{self, Exclusion};
 use rand::Rng;
 
 use crate::env::Env;
-use crate::worker::{Worker, clients, spawn};
+use crate::worker::{Rec, Worker, clients, spawn, spawn_from};
 
 const FIXED: Duration = Duration::from_millis(700);
 const WATCHDOG: Duration = Duration::from_millis(1500);
@@ -40,8 +40,22 @@ pub(crate) async fn exclusive_with(
     wait: fn(&mut Worker) -> Duration,
 ) -> Vec<Violation> {
     let clients = clients(&env).await;
+    let workers = exclusive_workers(&env, &clients, 0, fair, wait);
+    let mut found = env.nemesis(workers).await;
+    found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
+    found
+}
+
+/// The workers of [`exclusive_with`], numbered from `first`.
+pub(crate) fn exclusive_workers(
+    env: &Arc<Env>,
+    clients: &[Rec],
+    first: usize,
+    fair: bool,
+    wait: fn(&mut Worker) -> Duration,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let kind = if fair { "fair" } else { "plain" };
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+    spawn_from(env, clients, first, move |mut w: Worker| async move {
         let locks = leases(kind, fair).map(|(name, options)| {
             Lock::with_options(w.client.clone(), name, options).expect("lock")
         });
@@ -63,10 +77,7 @@ pub(crate) async fn exclusive_with(
             }
             w.pause().await;
         }
-    });
-    let mut found = env.nemesis(workers).await;
-    found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
-    found
+    })
 }
 
 /// Reentrant (or fair reentrant) locks: an owner takes the lock, often

@@ -1,6 +1,8 @@
 //! Workloads whose promise rests on more than one server: Redlock over
 //! five (a minority killed and restarted with their data), and a fair lock
-//! whose grants wait for a replica the nemesis pauses.
+//! whose grants wait for a replica the nemesis pauses; plain locks and
+//! stock through a Sentinel that fails over, writes waiting for the
+//! replica.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,9 +12,10 @@ use lock_tests::history::locks::{self, Exclusion};
 use lock_tests::history::{Call, Recorded, Reply, Violation};
 use rand::Rng;
 
+use crate::counters::{stock_check, stock_setup, stock_workers};
 use crate::env::{CLIENTS, Env, lock};
-use crate::locks::exclusive_with;
-use crate::worker::{Rec, Worker, spawn};
+use crate::locks::{exclusive_with, exclusive_workers};
+use crate::worker::{Rec, Worker, clients, spawn};
 
 /// Redlock: plain locks (no fencing: N counters give no one order) with
 /// a fixed lease and with a watchdog, over five servers each behind a
@@ -75,6 +78,24 @@ pub(crate) async fn replica_sync(env: Arc<Env>) -> Vec<Violation> {
     })
     .await;
     found.extend(unconfirmed(&env));
+    found
+}
+
+/// Plain locks with fencing and stock (with and without operation ids)
+/// at once, through a Sentinel, writes waiting for the replica
+/// (`sync_replicas(1, 500 ms)`), while the nemesis pauses the replica and
+/// fails over: no double holder, fencing tokens rise, no guard from an
+/// acquire wholly inside a pause, and stock conserved (a confirmed write
+/// is on the replica, so the promoted one has it).
+pub(crate) async fn sentinel_synced(env: Arc<Env>) -> Vec<Violation> {
+    stock_setup(&env).await;
+    let clients = clients(&env).await;
+    let mut workers = exclusive_workers(&env, &clients, 0, false, Worker::wait);
+    workers.extend(stock_workers(&env, &clients, crate::env::WORKERS));
+    let mut found = env.nemesis(workers).await;
+    found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
+    found.extend(unconfirmed(&env));
+    found.extend(stock_check(&env).await);
     found
 }
 

@@ -50,7 +50,22 @@ where
     F: Fn(Worker<B>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    (0..WORKERS)
+    spawn_from(env, clients, 0, body)
+}
+
+/// As [`spawn`], numbering the workers from `first` (for a second
+/// workload in the same scenario).
+pub(crate) fn spawn_from<B: Clone, F, Fut>(
+    env: &Arc<Env>,
+    clients: &[Rec<B>],
+    first: usize,
+    body: F,
+) -> Vec<tokio::task::JoinHandle<()>>
+where
+    F: Fn(Worker<B>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    (first..first + WORKERS)
         .map(|id| {
             let worker = Worker {
                 id,

@@ -16,6 +16,7 @@ use lock_core::backend::{AnyBackend, RedisBackend, RedisConfig};
 use lock_core::lock::Redlock;
 use lock_tests::cluster::{Failover, RedisCluster};
 use lock_tests::fault_proxy::FaultProxy;
+use lock_tests::sentinel::{MASTER_NAME, SentinelSet};
 use lock_tests::{RedisServer, ServerOptions};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -44,6 +45,11 @@ pub(crate) enum Topology {
         /// Whether failovers may be forced (not only graceful).
         force: bool,
     },
+    /// A master, its replica and a Sentinel; clients follow the master
+    /// the Sentinel names, with no proxy (they go where it says); writes
+    /// wait for the replica (`sync_replicas(1, 500 ms)`). The nemesis
+    /// pauses the replica and fails over (`SENTINEL FAILOVER`).
+    Sentinel,
 }
 
 impl Topology {
@@ -51,7 +57,9 @@ impl Topology {
     pub(crate) fn sync(self) -> Option<(u32, Duration)> {
         match self {
             Topology::Replicated => Some((1, Duration::from_millis(300))),
-            Topology::Cluster { synced: true, .. } => Some((1, Duration::from_millis(500))),
+            Topology::Cluster { synced: true, .. } | Topology::Sentinel => {
+                Some((1, Duration::from_millis(500)))
+            }
             _ => None,
         }
     }
@@ -74,6 +82,8 @@ pub(crate) enum World {
     Redlock(Vec<Mutex<RedisServer>>),
     /// Three masters and three replicas, each node behind a proxy.
     Cluster(RedisCluster),
+    /// A master, its replica and a Sentinel.
+    Sentinel(SentinelSet),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,14 +114,15 @@ impl World {
                     .collect(),
             ),
             Topology::Cluster { .. } => World::Cluster(RedisCluster::start()),
+            Topology::Sentinel => World::Sentinel(SentinelSet::start()),
         }
     }
 
     /// How many servers the nemesis may pause (the replica only, for
-    /// [`World::Replicated`]).
+    /// [`World::Replicated`], the current replica for [`World::Sentinel`]).
     pub(crate) fn pausable(&self) -> usize {
         match self {
-            World::One(_) | World::Replicated { .. } => 1,
+            World::One(_) | World::Replicated { .. } | World::Sentinel(_) => 1,
             World::Redlock(servers) => servers.len(),
             World::Cluster(cluster) => cluster.nodes().len(),
         }
@@ -124,6 +135,7 @@ impl World {
             World::Replicated { replica, .. } => replica.pause(),
             World::Redlock(servers) => lock(&servers[i]).pause(),
             World::Cluster(cluster) => cluster.nodes()[i].pause(),
+            World::Sentinel(set) => set.replica().pause(),
         }
     }
 
@@ -134,6 +146,7 @@ impl World {
             World::Replicated { replica, .. } => replica.resume(),
             World::Redlock(servers) => lock(&servers[i]).resume(),
             World::Cluster(cluster) => cluster.nodes()[i].resume(),
+            World::Sentinel(set) => set.replica().resume(),
         }
     }
 
@@ -145,6 +158,9 @@ impl World {
             World::One(_) | World::Redlock(_) => Duration::from_millis(1500),
             World::Replicated { .. } => Duration::from_millis(2000),
             World::Cluster(_) => Duration::from_millis(500),
+            // Past the Sentinel's down-after (1 s) the replica is down to it:
+            // no failover until it is seen again.
+            World::Sentinel(_) => Duration::from_millis(1500),
         }
     }
 
@@ -221,6 +237,8 @@ impl World {
                 .map(|(i, server)| FaultProxy::to_server(&lock(server), seed + i as u64))
                 .collect(),
             World::Cluster(cluster) => cluster_proxies(cluster, seed),
+            // Clients go where the Sentinel says: no proxy in the way.
+            World::Sentinel(_) => Vec::new(),
         }
     }
 
@@ -248,6 +266,16 @@ impl World {
                     .sync_replicas(n, timeout)
                     .into()
             }
+            World::Sentinel(set) => {
+                let urls = set.sentinel_urls();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                let backend =
+                    RedisBackend::connect_sentinel_with(&urls, MASTER_NAME, None, config()).await;
+                backend
+                    .unwrap_or_else(|e| panic!("cannot connect through the Sentinel: {e}"))
+                    .sync_replicas(n, timeout)
+                    .into()
+            }
         }
     }
 
@@ -269,14 +297,22 @@ impl World {
             World::Replicated { master, .. } => master.url(),
             World::Redlock(servers) => lock(&servers[0]).url(),
             World::Cluster(cluster) => cluster.nodes()[0].url(),
+            World::Sentinel(set) => set.master().url(),
         }
     }
 
     /// A client for setting up and reading back: straight to the server
     /// (the master), or to a cluster through its (healed) proxies.
     pub(crate) async fn direct(&self, proxies: &[FaultProxy]) -> AnyBackend {
-        if let World::Cluster(_) = self {
-            return self.client(proxies, 0, None).await;
+        match self {
+            World::Cluster(_) => return self.client(proxies, 0, None).await,
+            // Through the Sentinel, the master of the moment; what it sets
+            // up waits for the replica, so a failover cannot lose it.
+            World::Sentinel(_) => {
+                let sync = Some((1, Duration::from_secs(2)));
+                return self.client(proxies, 0, sync).await;
+            }
+            _ => {}
         }
         RedisBackend::connect(&self.url())
             .await
