@@ -96,11 +96,20 @@ async fn redis_accepts_any_duration() {
         let config = RedisConfig::default()
             .response_timeout(d)
             .connect_timeout(d);
-        let backend = RedisBackend::connect_with(server.client(), config)
-            .await
-            .unwrap_or_else(|e| panic!("connect with timeouts of {d:?}: {e}"));
+        // Timeouts under a millisecond (raised to 1 ms) may rightly run out
+        // on a loaded machine: then the typed timeout, never a panic.
+        let tiny = d < Duration::from_millis(1);
+        let backend = match RedisBackend::connect_with(server.client(), config).await {
+            Ok(backend) => backend,
+            Err(Error::Timeout(_)) if tiny => continue,
+            Err(e) => panic!("connect with timeouts of {d:?}: {e:?}"),
+        };
         let lock = Lock::new(backend, "durations").expect("valid");
-        assert!(lock.try_lock().await.expect("backend").is_some());
+        match lock.try_lock().await {
+            Ok(Some(_)) => {}
+            Err(Error::Timeout(_)) if tiny => {}
+            other => panic!("a lock with timeouts of {d:?}: {other:?}"),
+        }
     }
     let backend = RedisBackend::connect(&server.url()).await.expect("connect");
     rate_and_stock(backend.clone()).await;

@@ -67,6 +67,16 @@ fn naming_url(error: Error, url: &str) -> Error {
     }
 }
 
+/// A failure to connect as the crate's error: redis-rs's own connect or
+/// response timeout (the same bound) is the typed [`Error::Timeout`].
+fn connecting(error: redis::RedisError, timeout: Duration) -> Error {
+    if error.is_timeout() {
+        Error::Timeout(timeout)
+    } else {
+        error.into()
+    }
+}
+
 /// `url` with its password, if it has one, written `***`: error messages
 /// end up in logs. Whatever stands between the scheme and the last `@`
 /// counts as user information, so that a malformed URL is masked too.
@@ -105,7 +115,8 @@ impl RedisBackend<ConnectionManager> {
             ConnectionManager::new_with_config(client.clone(), manager_config(&config)),
         )
         .await
-        .map_err(|_| Error::Timeout(config.connect_timeout))??;
+        .map_err(|_| Error::Timeout(config.connect_timeout))?
+        .map_err(|error| connecting(error, config.connect_timeout))?;
         // Part of connecting, so bounded as connecting is, on a connection
         // of its own (the shared one gives up after the response timeout).
         let check = redis::AsyncConnectionConfig::new()
@@ -113,7 +124,8 @@ impl RedisBackend<ConnectionManager> {
             .set_response_timeout(Some(config.connect_timeout));
         let mut once = client
             .get_multiplexed_async_connection_with_config(&check)
-            .await?;
+            .await
+            .map_err(|error| connecting(error, config.connect_timeout))?;
         check_server(&mut once, config.connect_timeout).await?;
         let open: Open<ConnectionManager> = {
             // `WAIT` may rightly take the whole sync timeout, longer than
