@@ -1,13 +1,15 @@
 //! GCRA in memory, decided by `governor`'s keyed rate limiter.
 //!
 //! Each (scope, quota) has one [`QuotaLimiter`]: a `governor::RateLimiter`
-//! over a state store of this module's ([`Store`]), a `DashMap` of callers
-//! like governor's own keyed store, with a cap on live callers. At the cap,
-//! callers not yet in the store share one overflow state with the same
-//! quota: a flood of distinct keys neither grows memory nor resets the
-//! limits of callers already known. Idle callers (whose state is that of a
-//! fresh one) are dropped by governor's `retain_recent`, which runs once
-//! enough new callers came in since it last ran.
+//! over a state store of this module's ([`Store`]), a sharded map of
+//! callers like governor's own `DashMap` store, with a cap on live
+//! callers. At the cap, callers not yet in the store share one overflow
+//! state with the same quota: a flood of distinct keys neither grows
+//! memory nor resets the limits of callers already known. Idle callers
+//! (whose state is that of a fresh one, by governor's `retain_recent`
+//! rule) are swept shard by shard, each by the new caller that finds its
+//! shard due: after enough new callers came into it, and not more than
+//! once a second unless the shard is full.
 //!
 //! governor hands its state store the caller's theoretical arrival time
 //! before and after each decision, and reads its clock once per decision:
@@ -17,15 +19,15 @@
 
 use std::cell::Cell;
 use std::num::NonZeroU32;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
+use crossbeam_utils::CachePadded;
 use governor::nanos::Nanos;
-use governor::state::keyed::ShrinkableKeyedStateStore;
 use governor::state::{InMemoryState, NotKeyed, StateStore};
+use hashbrown::HashTable;
+use parking_lot::RwLock;
 
 use crate::backend::clock::Clock;
 use crate::rate::caller::CallerKey;
@@ -66,26 +68,66 @@ impl governor::clock::Clock for GovernorClock {
     }
 }
 
-/// Every caller's GCRA state for one (scope, quota). Cheap to clone.
+/// Every caller's GCRA state for one (scope, quota), in shards that each
+/// keep their own callers, counts and sweeps. Cheap to clone.
+///
+/// Nothing all callers share is written on the path of a decision or of a
+/// new caller: a decision takes its shard's read lock, a new caller its
+/// shard's write lock, and the counts that say when to sweep belong to the
+/// shard. A store-wide count of callers or of arrivals would be one cache
+/// line that every new caller writes, passed between cores on each, and a
+/// sweep of the whole store would hold up every decider while it ran.
 #[derive(Clone)]
 pub(super) struct Store(Arc<StoreInner>);
 
 struct StoreInner {
-    callers: DashMap<CallerKey, InMemoryState, ahash::RandomState>,
-    /// About `callers.len()`, without visiting every shard.
-    live: AtomicUsize,
-    cap: usize,
-    /// The state callers share once the store is full.
+    shards: Box<[CachePadded<RwLock<Shard>>]>,
+    hasher: ahash::RandomState,
+    /// The cap on each shard's callers: the store's cap divided evenly, so
+    /// the store holds at most its cap. Keys spread over the shards about
+    /// evenly, so the first shard fills when the store is nearly full.
+    shard_cap: usize,
+    /// The state callers share once their shard is full.
     overflow: InMemoryState,
-    /// New callers (stored or sent to the overflow state) since the last
-    /// sweep.
-    arrivals: AtomicUsize,
+    /// governor's `t` (ns): a theoretical arrival time this far behind now
+    /// is what governor's `retain_recent` drops, a state no different
+    /// from a new caller's.
+    interval: u64,
+    /// governor's reference time (Unix ns), known once governor is made.
+    start: OnceLock<u64>,
 }
 
-/// A sweep is due after this many new callers at the least, and after
-/// half as many as the store holds: its work stays proportional to the
-/// callers that came in.
-const SWEEP_AFTER: usize = 1024;
+/// The callers of one shard and when it sweeps them.
+struct Shard {
+    callers: HashTable<(CallerKey, InMemoryState)>,
+    /// New callers (stored or sent to the overflow state) since the last
+    /// sweep.
+    arrivals: usize,
+    /// When the last sweep ran (Unix ns).
+    swept_at: u64,
+}
+
+/// A shard sweeps after this many new callers at the least, and after
+/// half as many as it holds: its work stays proportional to the callers
+/// that came in.
+const SWEEP_AFTER: usize = 32;
+
+/// And a shard with room sweeps at most once in this long (ns): callers
+/// who come back after their state has expired (most per-IP callers) are
+/// then found in place, as in governor's own store, rather than dropped
+/// and stored anew on each visit. A full shard sweeps whenever its
+/// arrivals warrant: a sweep is what makes room for new callers.
+const SWEEP_INTERVAL: u64 = 1_000_000_000;
+
+/// A store has a shard per this many callers of its cap, up to
+/// [`MAX_SHARDS`]: a sweep visits one shard, its share of the cap at the
+/// most, while only that shard's deciders wait.
+const CALLERS_PER_SHARD: usize = 1024;
+
+/// The most shards a store has (governor's `DashMap` has as many on 16
+/// cores): enough that threads seldom meet on one, few enough that a
+/// store costs little more than an empty map per (scope, quota).
+const MAX_SHARDS: usize = 64;
 
 /// The value of `state`, not changing it.
 fn read(state: &InMemoryState) -> Option<u64> {
@@ -115,82 +157,157 @@ fn measure<T, E>(
 }
 
 impl Store {
-    fn new(cap: usize) -> Self {
+    /// A store of at most `cap` callers, for a quota whose governor `t`
+    /// is `interval` ns.
+    fn new(cap: usize, interval: u64) -> Self {
+        let cap = cap.max(1);
+        let shards = (cap / CALLERS_PER_SHARD)
+            .clamp(1, MAX_SHARDS)
+            .next_power_of_two();
+        let shard = || {
+            CachePadded::new(RwLock::new(Shard {
+                callers: HashTable::new(),
+                arrivals: 0,
+                swept_at: 0,
+            }))
+        };
         Store(Arc::new(StoreInner {
-            callers: DashMap::with_hasher(ahash::RandomState::new()),
-            live: AtomicUsize::new(0),
-            cap: cap.max(1),
+            shards: (0..shards).map(|_| shard()).collect(),
+            hasher: ahash::RandomState::new(),
+            shard_cap: (cap / shards).max(1),
             overflow: InMemoryState::default(),
-            arrivals: AtomicUsize::new(0),
+            interval,
+            start: OnceLock::new(),
         }))
     }
 
-    /// Runs `f` on the state of `key`: its own, a new one if the store has
-    /// room, or else the shared overflow state.
+    /// `key`'s hash, and its shard.
     #[inline]
-    fn with_state<R>(&self, key: &CallerKey, f: impl FnOnce(&InMemoryState) -> R) -> R {
+    fn locate(&self, key: &CallerKey) -> (u64, &RwLock<Shard>) {
         let inner = &self.0;
-        if let Some(state) = inner.callers.get(key) {
-            return f(&state);
+        let hash = inner.hasher.hash_one(key);
+        // Bits the shard's table does not place entries by (it takes the
+        // low ones and the top seven).
+        let shard = (hash >> 32) as usize & (inner.shards.len() - 1);
+        (hash, &inner.shards[shard])
+    }
+
+    /// Runs `f` on the state of `key`: its own, a new one if its shard has
+    /// room, or else the shared overflow state. `now` (Unix ns) is when a
+    /// sweep this brings about runs.
+    #[inline]
+    fn with_state<R>(&self, key: &CallerKey, now: u64, f: impl FnOnce(&InMemoryState) -> R) -> R {
+        let (hash, shard) = self.locate(key);
+        {
+            let shard = shard.read();
+            if let Some((_, state)) = shard.callers.find(hash, |(k, _)| k == key) {
+                return f(state);
+            }
         }
-        inner.arrivals.fetch_add(1, Ordering::Relaxed);
-        if inner.live.load(Ordering::Relaxed) >= inner.cap {
+        self.arrive(key, hash, shard, now, f)
+    }
+
+    /// [`with_state`](Self::with_state) for a caller its shard did not
+    /// hold a moment ago.
+    #[cold]
+    fn arrive<R>(
+        &self,
+        key: &CallerKey,
+        hash: u64,
+        shard: &RwLock<Shard>,
+        now: u64,
+        f: impl FnOnce(&InMemoryState) -> R,
+    ) -> R {
+        let inner = &self.0;
+        let mut shard = shard.write();
+        if let Some((_, state)) = shard.callers.find(hash, |(k, _)| k == key) {
+            return f(state);
+        }
+        shard.arrivals += 1;
+        let held = shard.callers.len();
+        let full = held >= inner.shard_cap;
+        let due = shard.arrivals >= SWEEP_AFTER.max(held / 2)
+            && (full || now.saturating_sub(shard.swept_at) >= SWEEP_INTERVAL);
+        if due {
+            self.sweep(&mut shard, now);
+        }
+        if shard.callers.len() >= inner.shard_cap {
+            drop(shard);
             return f(&inner.overflow);
         }
-        match inner.callers.entry(key.clone()) {
-            Entry::Occupied(entry) => f(entry.get()),
-            Entry::Vacant(entry) => {
-                inner.live.fetch_add(1, Ordering::Relaxed);
-                f(&entry.insert(InMemoryState::default()))
-            }
+        let hasher = |(k, _): &(CallerKey, InMemoryState)| inner.hasher.hash_one(k);
+        let entry =
+            shard
+                .callers
+                .insert_unique(hash, (key.clone(), InMemoryState::default()), hasher);
+        f(&entry.get().1)
+    }
+
+    /// Drops the callers of `shard` whose state is a new caller's (as
+    /// governor's `retain_recent` would at `now`), and gives back the room
+    /// they took once the shard is mostly empty.
+    #[cold]
+    fn sweep(&self, shard: &mut Shard, now: u64) {
+        let inner = &self.0;
+        shard.arrivals = 0;
+        shard.swept_at = now;
+        // Before governor is made nothing is stored, so there is nothing
+        // to drop.
+        let Some(&start) = inner.start.get() else {
+            return;
+        };
+        let drop_below = now.saturating_sub(start).saturating_sub(inner.interval);
+        shard
+            .callers
+            .retain(|(_, state)| read(state).is_some_and(|tat| tat > drop_below));
+        // Room for four times the callers left stays, so that the shard
+        // does not shrink and grow back in turn.
+        let held = shard.callers.len();
+        if held.saturating_mul(4) < shard.callers.capacity() {
+            let hasher = |(k, _): &(CallerKey, InMemoryState)| inner.hasher.hash_one(k);
+            shard.callers.shrink_to(held.saturating_mul(4), hasher);
         }
     }
 
     /// The theoretical arrival time of `key` (none: a fresh caller), not
     /// storing it if it is new.
     fn peek(&self, key: &CallerKey) -> Option<u64> {
-        let inner = &self.0;
-        match inner.callers.get(key) {
-            Some(state) => read(&state),
-            None if inner.live.load(Ordering::Relaxed) >= inner.cap => read(&inner.overflow),
+        let (hash, shard) = self.locate(key);
+        let shard = shard.read();
+        match shard.callers.find(hash, |(k, _)| k == key) {
+            Some((_, state)) => read(state),
+            None if shard.callers.len() >= self.0.shard_cap => read(&self.0.overflow),
             None => None,
         }
     }
 
-    /// Sets the theoretical arrival time of `key`.
-    fn set(&self, key: &CallerKey, tat: u64) {
+    /// Sets the theoretical arrival time of `key` at `now` (Unix ns).
+    fn set(&self, key: &CallerKey, tat: u64, now: u64) {
         let tat = Nanos::new(tat.max(1));
-        self.with_state(key, |state| {
+        self.with_state(key, now, |state| {
             let _ = state.measure_and_replace(&NotKeyed::NonKey, |_| Ok::<_, ()>(((), tat)));
         });
     }
 
     /// Forgets `key` (a caller in the overflow state stays there).
     fn remove(&self, key: &CallerKey) {
-        if self.0.callers.remove(key).is_some() {
-            self.0.live.fetch_sub(1, Ordering::Relaxed);
+        let (hash, shard) = self.locate(key);
+        if let Ok(entry) = shard.write().callers.find_entry(hash, |(k, _)| k == key) {
+            entry.remove();
         }
     }
 
-    /// Whether enough new callers came in to sweep; the caller that sees it
-    /// first sweeps.
-    #[inline]
-    fn sweep_due(&self) -> bool {
-        let inner = &self.0;
-        let arrivals = inner.arrivals.load(Ordering::Relaxed);
-        if arrivals < SWEEP_AFTER {
-            return false;
-        }
-        let due = arrivals >= inner.live.load(Ordering::Relaxed) / 2;
-        due && inner
-            .arrivals
-            .compare_exchange(arrivals, 0, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    }
-
+    /// Callers stored, in every shard.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.callers.len()
+        self.0.shards.iter().map(|s| s.read().callers.len()).sum()
+    }
+
+    /// Whether `key` has a state of its own.
+    #[cfg(test)]
+    fn holds(&self, key: &CallerKey) -> bool {
+        let (hash, shard) = self.locate(key);
+        shard.read().callers.find(hash, |(k, _)| k == key).is_some()
     }
 }
 
@@ -202,33 +319,9 @@ impl StateStore for Store {
     where
         F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
     {
-        self.with_state(key, |state| measure(state, f))
-    }
-}
-
-impl ShrinkableKeyedStateStore<CallerKey> for Store {
-    fn retain_recent(&self, drop_below: Nanos) {
-        let inner = &self.0;
-        let keep = |state: &InMemoryState| read(state).is_some_and(|tat| tat > drop_below.into());
-        inner.callers.retain(|_, state| keep(state));
-        inner.live.store(inner.callers.len(), Ordering::Relaxed);
-    }
-
-    fn shrink_to_fit(&self) {
-        let callers = &self.0.callers;
-        // Only once a sweep left it mostly empty: room for four times the
-        // live callers stays, so it does not shrink and grow back in turn.
-        if callers.len().saturating_mul(4) < callers.capacity() {
-            callers.shrink_to_fit();
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.0.callers.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.callers.is_empty()
+        // governor read its clock for this decision just before.
+        let now = SEEN.with(|seen| seen.now.get());
+        self.with_state(key, now, |state| measure(state, f))
     }
 }
 
@@ -261,10 +354,11 @@ impl QuotaLimiter {
         let quota = governor::Quota::with_period(Duration::from_nanos(gcra.interval_ns()))
             .unwrap_or_else(|| unreachable!("an interval is at least 1 ns"))
             .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
-        let store = Store::new(cap);
+        let store = Store::new(cap, gcra.interval_ns().max(1));
         let governor = Governor::new(quota, store.clone(), GovernorClock(clock.clone()));
         // `new` read the clock once, on this thread: that is its start.
         let start = SEEN.with(|seen| seen.now.get());
+        let _ = store.0.start.set(start);
         QuotaLimiter {
             gcra,
             store,
@@ -315,7 +409,7 @@ impl QuotaLimiter {
         let (now, before, after) =
             SEEN.with(|seen| (seen.now.get(), seen.before.get(), seen.after.get()));
         let now = now.saturating_sub(self.start);
-        let step = if allowed && after != NONE {
+        if allowed && after != NONE {
             Step {
                 allowed: true,
                 debt: after.saturating_sub(now),
@@ -332,24 +426,12 @@ impl QuotaLimiter {
                 allowed: false,
                 ..self.gcra.step(debt, cost)
             }
-        };
-        if self.store.sweep_due() {
-            self.sweep();
         }
-        step
     }
 
     /// Forgets `key`: its next decision is a new caller's.
     pub(super) fn forget(&self, key: &CallerKey) {
         self.store.remove(key);
-    }
-
-    /// Drops idle callers (governor's `retain_recent`), and gives back
-    /// the room they took.
-    #[cold]
-    fn sweep(&self) {
-        self.governor.retain_recent();
-        self.governor.shrink_to_fit();
     }
 
     #[cfg(test)]
@@ -373,7 +455,8 @@ pub(super) fn decide_all(limiters: &[Arc<QuotaLimiter>], key: &CallerKey, cost: 
         .collect();
     if cost > 0 && steps.iter().all(|s| s.allowed) {
         for (q, step) in limiters.iter().zip(&steps) {
-            q.store.set(key, now.saturating_sub(q.start) + step.debt);
+            q.store
+                .set(key, now.saturating_sub(q.start) + step.debt, now);
         }
     }
     steps
