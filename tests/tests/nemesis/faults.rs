@@ -3,10 +3,10 @@
 //! partitions (black holes) and connection resets on the proxies; server
 //! pauses (SIGSTOP); and what the world allows besides: a kill and restart
 //! of the one server or of a minority of Redlock's (with their data), a
-//! cluster failover (graceful, or `FORCE` where the scenario allows it), a
-//! long pause of a master's replica, a Sentinel failover. A Sentinel set
-//! has no proxies (clients go where the Sentinel says): its nemesis only
-//! pauses the replica and fails over.
+//! cluster failover (graceful; `FORCE` where the scenario allows it;
+//! `TAKEOVER` on a replica left lagging by a pause, where the scenario
+//! allows lost writes or its writes wait for replicas), a long pause of a
+//! master's replica, a Sentinel failover.
 
 use std::time::{Duration, Instant};
 
@@ -72,19 +72,20 @@ impl Env {
                 tokio::task::block_in_place(|| self.world.kill_restart(&which, down));
                 self.count("kill");
             }
-            (World::Cluster(_), Topology::Cluster { force, .. }) => {
+            (World::Cluster(_), Topology::Cluster { force, synced }) => {
                 // Masters vote for no second replacement of a master
                 // within twice the node timeout (5 s here).
                 let mut replaced = lock(&self.replaced);
                 replaced.retain(|&(_, at)| at.elapsed() < Duration::from_secs(12));
                 let avoid: Vec<usize> = replaced.iter().map(|&(m, _)| m).collect();
                 let mut choice = StdRng::seed_from_u64(rng.random());
-                let done =
-                    tokio::task::block_in_place(|| self.world.failover(&mut choice, force, &avoid));
-                if let Some((master, forced)) = done {
+                let done = tokio::task::block_in_place(|| {
+                    self.world.failover(&mut choice, force, synced, &avoid)
+                });
+                if let Some((master, how)) = done {
                     replaced.push((master, Instant::now()));
                     drop(replaced);
-                    self.count(if forced { "failover-force" } else { "failover" });
+                    self.count(how);
                     self.failed_over();
                 }
             }
@@ -95,20 +96,25 @@ impl Env {
                 let due = lock(&self.replaced)
                     .last()
                     .is_none_or(|&(_, at)| at.elapsed() >= FAILOVER_TIMEOUT);
+                // A partition of the master may have started one of the
+                // Sentinel's own: a refusal is no fault injected.
                 if due && rng.random_bool(0.6) && set.can_fail_over() {
                     // The old master stays one (with no replica: synced
                     // writes fail) until the Sentinel makes it a replica,
                     // seconds later; half the time it is done at once.
                     let rejoin = rng.random_bool(0.5);
-                    tokio::task::block_in_place(|| {
-                        set.failover();
-                        if rejoin {
+                    let taken = tokio::task::block_in_place(|| {
+                        let taken = set.try_failover().is_ok();
+                        if taken && rejoin {
                             set.rejoin();
                         }
+                        taken
                     });
-                    lock(&self.replaced).push((0, Instant::now()));
-                    self.count("failover");
-                    self.failed_over();
+                    if taken {
+                        lock(&self.replaced).push((0, Instant::now()));
+                        self.count("failover");
+                        self.failed_over();
+                    }
                 } else {
                     let d = ms(rng, 200, self.world.longest_pause().as_millis() as u64);
                     self.pause_server(0, d).await;

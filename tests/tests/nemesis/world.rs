@@ -1,9 +1,10 @@
 //! Where a scenario's clients meet Redis: one server behind a proxy per
 //! client; a master with a replica; Redlock's five servers, each behind a
-//! proxy; or a cluster whose every node announces a proxy in front of it
+//! proxy; a cluster whose every node announces a proxy in front of it
 //! (redis-rs follows the addresses nodes announce, so every connection a
 //! cluster client makes goes through a proxy; the nodes still talk to each
-//! other directly on the cluster bus).
+//! other directly on the cluster bus); or a Sentinel set whose servers
+//! and Sentinel are each behind a proxy.
 //!
 //! Servers a nemesis kills (one server, Redlock's) keep their data on disk
 //! (`appendonly yes`, `appendfsync always`): a restart brings back every
@@ -38,17 +39,22 @@ pub(crate) enum Topology {
     /// Five persistent servers for Redlock (a minority killed at a time).
     Redlock,
     /// A Redis Cluster. `synced`: writes wait for one replica; `force`:
-    /// the nemesis also makes `FORCE` failovers (which lose writes).
+    /// the nemesis also makes `FORCE` failovers (which lose writes). When
+    /// either, it also makes `TAKEOVER`s on a lagging replica: only writes
+    /// that waited for a replica survive them.
     Cluster {
         /// Whether writes wait for a replica (`sync_replicas(1, 500 ms)`).
         synced: bool,
         /// Whether failovers may be forced (not only graceful).
         force: bool,
     },
-    /// A master, its replica and a Sentinel; clients follow the master
-    /// the Sentinel names, with no proxy (they go where it says); writes
-    /// wait for the replica (`sync_replicas(1, 500 ms)`). The nemesis
-    /// pauses the replica and fails over (`SENTINEL FAILOVER`).
+    /// A master, its replica and a Sentinel, each behind a proxy the
+    /// others reach it by (the servers announce theirs); clients follow
+    /// the master the Sentinel names; writes wait for the replica
+    /// (`sync_replicas(1, 500 ms)`). Besides the proxies' faults (a
+    /// partition of the master past the Sentinel's down-after fails it
+    /// over by itself), the nemesis pauses the replica and fails over
+    /// (`SENTINEL FAILOVER`).
     Sentinel,
 }
 
@@ -82,7 +88,7 @@ pub(crate) enum World {
     Redlock(Vec<Mutex<RedisServer>>),
     /// Three masters and three replicas, each node behind a proxy.
     Cluster(RedisCluster),
-    /// A master, its replica and a Sentinel.
+    /// A master, its replica and a Sentinel, each behind a proxy.
     Sentinel(SentinelSet),
 }
 
@@ -182,17 +188,23 @@ impl World {
     }
 
     /// Makes the replica of a random master take over (blocking until the
-    /// cluster agrees); `force` without the old master's agreement (writes
-    /// it had not passed on are lost). A master in `avoid` is not chosen:
-    /// the other masters vote for no second replacement of a master within
-    /// twice the node timeout. The master replaced and whether it was
-    /// forced, or `None` when every master was to be avoided.
+    /// cluster agrees): gracefully; by `FORCE` when `force` (without the
+    /// old master's agreement: writes it had not passed on are lost); or by
+    /// `TAKEOVER` on a lagging replica, paused while its master took
+    /// writes and promoted the moment it runs again, before it caught up
+    /// (without any vote: what it had not received is lost, so only
+    /// writes that waited for it survive; so only when `force` or `synced`).
+    /// A master in `avoid` is not
+    /// chosen: the other masters vote for no second replacement of a
+    /// master within twice the node timeout. The master replaced and how
+    /// (the fault's name), or `None` when every master was to be avoided.
     pub(crate) fn failover(
         &self,
         rng: &mut StdRng,
         force: bool,
+        synced: bool,
         avoid: &[usize],
-    ) -> Option<(usize, bool)> {
+    ) -> Option<(usize, &'static str)> {
         let World::Cluster(cluster) = self else {
             panic!("only a cluster fails over");
         };
@@ -206,15 +218,27 @@ impl World {
         }
         let master = masters[rng.random_range(0..masters.len())];
         let replica = cluster.replica_of(master);
-        let asked = if force && rng.random_bool(0.5) {
-            Failover::Force
-        } else {
-            Failover::Graceful
+        let asked = match rng.random_range(0..3) {
+            0 if force || synced => Failover::Takeover,
+            1 if force => Failover::Force,
+            _ => Failover::Graceful,
         };
+        if asked == Failover::Takeover {
+            // Well inside the node timeout: a lag, not a failure.
+            let node = &cluster.nodes()[replica];
+            node.pause();
+            std::thread::sleep(Duration::from_millis(rng.random_range(100..600)));
+            node.resume();
+        }
         // A graceful handover that cannot complete (the replica's link
         // was just disturbed) is forced: reported as such.
-        let done = cluster.failover_eventually(replica, asked);
-        Some((master, done != Failover::Graceful))
+        let name = match cluster.failover_eventually(replica, asked) {
+            Failover::Graceful => "failover",
+            Failover::Force => "failover-force",
+            Failover::Takeover if asked == Failover::Takeover => "takeover-lagging",
+            Failover::Takeover => "failover-takeover",
+        };
+        Some((master, name))
     }
 
     /// The proxies: one per client (to the server, or the master), or one
@@ -237,8 +261,9 @@ impl World {
                 .map(|(i, server)| FaultProxy::to_server(&lock(server), seed + i as u64))
                 .collect(),
             World::Cluster(cluster) => cluster_proxies(cluster, seed),
-            // Clients go where the Sentinel says: no proxy in the way.
-            World::Sentinel(_) => Vec::new(),
+            // Each data server announces its proxy: clients, the Sentinel
+            // and the replica's link all go through them.
+            World::Sentinel(set) => set.behind_proxies(seed),
         }
     }
 
