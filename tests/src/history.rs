@@ -246,11 +246,14 @@ impl History {
     /// Records that `op` failed with `error`: its outcome is unknown for a
     /// backend failure (it may have run), a sure failure otherwise.
     pub fn error(&self, op: OpId, error: &Error) {
-        let seen = ErrorSeen {
-            text: format!("{error:?}"),
-            untyped: untyped(error),
-        };
-        let outcome = if error.is_backend_failure() {
+        let (seen, backend_failure) = classify(error);
+        self.error_seen(op, seen, backend_failure);
+    }
+
+    /// As [`error`](Self::error), for an error another process saw and
+    /// [classified](classify).
+    pub fn error_seen(&self, op: OpId, seen: ErrorSeen, backend_failure: bool) {
+        let outcome = if backend_failure {
             Outcome::Unknown(seen)
         } else {
             Outcome::Fail(seen)
@@ -321,18 +324,42 @@ impl History {
     }
 }
 
+/// `error` as a history records it, and whether it is a backend failure
+/// (its call may have run).
+pub fn classify(error: &Error) -> (ErrorSeen, bool) {
+    let seen = ErrorSeen {
+        text: format!("{error:?}"),
+        untyped: untyped(error),
+    };
+    (seen, error.is_backend_failure())
+}
+
+/// The reason [`classify`] gives for an error it calls untyped, by its
+/// text (with `_` for spaces, as another process sends it).
+pub fn untyped_reason(text: &str) -> Option<&'static str> {
+    UNTYPED
+        .into_iter()
+        .find(|reason| reason.replace(' ', "_") == text)
+}
+
+const UNTYPED: [&str; 3] = [
+    "a reply no script of ours returns",
+    "valid input refused",
+    "a reply parsed as another command's",
+];
+
 /// Why `error` is not one the docs list for a call with valid input
 /// against a server that may fail, if it is not.
 fn untyped(error: &Error) -> Option<&'static str> {
     let text = error.to_string().to_ascii_lowercase();
     match error {
-        Error::UnexpectedReply(_) => Some("a reply no script of ours returns"),
-        Error::InvalidName { .. } | Error::InvalidArgument { .. } => Some("valid input refused"),
+        Error::UnexpectedReply(_) => Some(UNTYPED[0]),
+        Error::InvalidName { .. } | Error::InvalidArgument { .. } => Some(UNTYPED[1]),
         // A reply the network cut short is a broken connection, which
         // redis-rs words as a parse error ("Incompatible type - Parse error
         // ... Unexpected end of input"): a backend failure, as documented.
         _ if text.contains("unexpected end of input") => None,
-        _ if text.contains("incompatible type") => Some("a reply parsed as another command's"),
+        _ if text.contains("incompatible type") => Some(UNTYPED[2]),
         _ => None,
     }
 }

@@ -1,14 +1,18 @@
 //! The fault ("nemesis") suite: random workloads of every primitive from
-//! several tasks over three clients, each client behind a fault proxy,
-//! while a nemesis chosen from a seed cuts connections after a command
-//! was forwarded, cuts them at random bytes, delays and black-holes them,
-//! and pauses the server (SIGSTOP), kills and restarts it (with its data:
-//! `appendfsync always`), fails cluster shards over (graceful, and `FORCE`
-//! in `cluster-locks`, where overlaps after a failover are only reported,
-//! as documented), kills a minority of Redlock's five servers, pauses a
-//! master's replica (`replica-sync`), fails a Sentinel set over while
-//! writes wait for its replica (`sentinel-synced`), and pauses a client process past its
-//! lease (`paused-client`, against a fenced resource). Every operation goes into a history
+//! several tasks over three clients, each client behind a fault proxy, and
+//! on one server from two `lock-worker` processes besides
+//! ([`processes`]), while a nemesis chosen from a seed cuts connections
+//! after a command was forwarded, cuts them at random bytes, delays and
+//! black-holes them, and pauses the server (SIGSTOP), kills and restarts
+//! it (with its data: `appendfsync always`), fails cluster shards over
+//! (graceful; `FORCE` in `cluster-locks`, where overlaps after a failover
+//! are only reported, as documented; `TAKEOVER` on a lagging replica where
+//! writes wait for replicas or losses are only reported), kills a minority
+//! of Redlock's five servers, pauses a master's replica (`replica-sync`),
+//! fails a Sentinel set over while writes wait for its replica
+//! (`sentinel-synced`, every server and the Sentinel behind a proxy), and
+//! pauses a client process past its lease (`paused-client`, against a
+//! fenced resource). Every operation goes into a history
 //! ([`lock_tests::history`]) that is checked afterwards: no two valid
 //! guards conflict, fencing tokens rise, no guard is returned already
 //! lost, releases answer consistently, stock is conserved, rate limits
@@ -39,6 +43,8 @@ mod faults;
 mod fenced;
 #[path = "nemesis/locks.rs"]
 mod locks;
+#[path = "nemesis/processes.rs"]
+mod processes;
 #[path = "nemesis/replicated.rs"]
 mod replicated;
 #[path = "nemesis/report.rs"]

@@ -8,7 +8,11 @@
 //! lock-worker buy  <redis-url> <item> <buyers> <tag>
 //! lock-worker hit  <redis-url> <key> <limit> <period-ms> <calls>
 //! lock-worker fenced <redis-url> <lock-name> <lease-ms>
+//! lock-worker serve <redis-url> <replicas> <sync-ms>
 //! ```
+//!
+//! `serve` runs the fault suite's operations one command a line (see
+//! `lock_worker/serve.rs`).
 //!
 //! `fenced` takes commands on stdin, one a line: `take <wait-ms>` takes a
 //! plain lock with fencing and a fixed lease, answering `got <token>
@@ -24,6 +28,9 @@ use lock_core::counter::{Purchase, Stock};
 use lock_core::lock::{Lock, LockGuard, LockOptions, Owner, ReentrantLock, Semaphore};
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use redis::AsyncCommands;
+
+#[path = "lock_worker/serve.rs"]
+mod serve;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -45,6 +52,7 @@ async fn main() -> Result<(), Error> {
         }
         ["buy", url, item, buyers, tag] => buy(url, item, buyers.parse()?, tag).await,
         ["fenced", url, name, lease] => fenced(url, name, lease.parse()?).await,
+        ["serve", url, replicas, sync] => serve::serve(url, replicas.parse()?, sync.parse()?).await,
         ["hit", url, key, limit, period, calls] => {
             hit(url, key, limit.parse()?, period.parse()?, calls.parse()?).await
         }

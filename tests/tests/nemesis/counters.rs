@@ -12,9 +12,10 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use crate::env::Env;
+use crate::processes::{self, Workload};
 use crate::worker::{Rec, Worker, clients, spawn, spawn_from};
 
-const ITEMS: [(&str, u64); 3] = [("sku-a", 200), ("sku-b", 40), ("sku-c", 100)];
+pub(crate) const ITEMS: [(&str, u64); 3] = [("sku-a", 200), ("sku-b", 40), ("sku-c", 100)];
 /// The worker number the settling after the run is recorded under.
 const SETTLER: usize = 99;
 
@@ -25,7 +26,8 @@ const SETTLER: usize = 99;
 pub(crate) async fn stock(env: Arc<Env>) -> Vec<Violation> {
     stock_setup(&env).await;
     let clients = clients(&env).await;
-    let workers = stock_workers(&env, &clients, 0);
+    let mut workers = stock_workers(&env, &clients, 0);
+    workers.extend(processes::spawn(&env, Workload::Stock));
     let mut found = env.nemesis(workers).await;
     found.extend(stock_check(&env).await);
     found
@@ -192,7 +194,7 @@ async fn settle_all(env: &Env, stock: &Stock<AnyBackend>) {
 }
 
 /// The limiters: each algorithm with one quota and with two.
-fn limiters() -> Vec<(String, Algorithm, Policy)> {
+pub(crate) fn limiters() -> Vec<(String, Algorithm, Policy)> {
     let nz = |n| NonZeroU32::new(n).expect("nonzero");
     let mut all = Vec::new();
     for (tag, algorithm) in [
@@ -214,7 +216,7 @@ fn limiters() -> Vec<(String, Algorithm, Policy)> {
 /// limiter in turn, at random costs.
 pub(crate) async fn rate(env: Arc<Env>) -> Vec<Violation> {
     let clients = clients(&env).await;
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+    let mut workers = spawn(&env, &clients, move |mut w: Worker| async move {
         let history = w.env.history.clone();
         let limiters: Vec<(String, RateLimiter<AnyBackend>)> = limiters()
             .into_iter()
@@ -234,6 +236,7 @@ pub(crate) async fn rate(env: Arc<Env>) -> Vec<Violation> {
             tokio::time::sleep(d).await;
         }
     });
+    workers.extend(processes::spawn(&env, Workload::Rate));
     let mut found = env.nemesis(workers).await;
     for (name, algorithm, policy) in limiters() {
         found.extend(history::rate::check(

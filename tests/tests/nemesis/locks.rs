@@ -14,6 +14,7 @@ use lock_tests::history::locks::{self, Exclusion};
 use rand::Rng;
 
 use crate::env::Env;
+use crate::processes::{self, Workload};
 use crate::worker::{Rec, Worker, clients, spawn, spawn_from};
 
 const FIXED: Duration = Duration::from_millis(700);
@@ -40,7 +41,8 @@ pub(crate) async fn exclusive_with(
     wait: fn(&mut Worker) -> Duration,
 ) -> Vec<Violation> {
     let clients = clients(&env).await;
-    let workers = exclusive_workers(&env, &clients, 0, fair, wait);
+    let mut workers = exclusive_workers(&env, &clients, 0, fair, wait);
+    workers.extend(processes::spawn(&env, Workload::Exclusive { fair }));
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found
@@ -87,7 +89,7 @@ pub(crate) fn exclusive_workers(
 pub(crate) async fn reentrant(env: Arc<Env>, fair: bool) -> Vec<Violation> {
     let clients = clients(&env).await;
     let kind = if fair { "fair-reentrant" } else { "reentrant" };
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+    let mut workers = spawn(&env, &clients, move |mut w: Worker| async move {
         let locks = leases(kind, fair).map(|(name, options)| {
             ReentrantLock::with_options(w.client.clone(), name, options).expect("lock")
         });
@@ -142,6 +144,7 @@ pub(crate) async fn reentrant(env: Arc<Env>, fair: bool) -> Vec<Violation> {
             w.pause().await;
         }
     });
+    workers.extend(processes::spawn(&env, Workload::Reentrant { fair }));
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found
@@ -151,7 +154,7 @@ pub(crate) async fn reentrant(env: Arc<Env>, fair: bool) -> Vec<Violation> {
 /// too (the same owner).
 pub(crate) async fn read_write(env: Arc<Env>) -> Vec<Violation> {
     let clients = clients(&env).await;
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+    let mut workers = spawn(&env, &clients, move |mut w: Worker| async move {
         let locks = leases("rw", false).map(|(name, options)| {
             ReadWriteLock::with_options(w.client.clone(), name, options).expect("lock")
         });
@@ -190,6 +193,7 @@ pub(crate) async fn read_write(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
+    workers.extend(processes::spawn(&env, Workload::ReadWrite));
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::ReadWrite));
     found
@@ -199,7 +203,7 @@ pub(crate) async fn read_write(env: Arc<Env>) -> Vec<Violation> {
 pub(crate) async fn semaphore(env: Arc<Env>) -> Vec<Violation> {
     const PERMITS: u32 = 3;
     let clients = clients(&env).await;
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+    let mut workers = spawn(&env, &clients, move |mut w: Worker| async move {
         let permits = NonZeroU32::new(PERMITS).expect("nonzero");
         let sems = leases("sem", false).map(|(name, options)| {
             Semaphore::with_options(w.client.clone(), name, permits, options.fencing(false))
@@ -231,6 +235,7 @@ pub(crate) async fn semaphore(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
+    workers.extend(processes::spawn(&env, Workload::Semaphore));
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Permits(PERMITS)));
     found

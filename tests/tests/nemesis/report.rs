@@ -69,15 +69,19 @@ pub(crate) fn report(
             .collect();
         kinds.push(format!("(reported, lossy failover: {})", lossy.join(", ")));
     }
+    let from_processes = ops
+        .iter()
+        .filter(|op| op.worker >= crate::processes::FIRST)
+        .count();
     let (p50, max) = recovery(&ops, &lock(&env.healed));
     HEADER.call_once(|| {
         println!(
-            "nemesis | {:<17} | {:>10} | {:>5} | {:>6} {:>5} {:>5} {:>5} | {:<52} | {:>13} | violations",
-            "scenario", "seed", "secs", "ops", "ok", "busy", "unkn", "faults", "recovery ms"
+            "nemesis | {:<17} | {:>10} | {:>5} | {:>6} {:>5} {:>5} {:>5} {:>5} | {:<52} | {:>13} | violations",
+            "scenario", "seed", "secs", "ops", "ok", "busy", "unkn", "procs", "faults", "recovery ms"
         );
     });
     println!(
-        "nemesis | {name:<17} | {base:>10} | {:>5.1} | {:>6} {ok:>5} {busy:>5} {unknown:>5} | {:<52} | {:>13} | {}",
+        "nemesis | {name:<17} | {base:>10} | {:>5.1} | {:>6} {ok:>5} {busy:>5} {unknown:>5} {from_processes:>5} | {:<52} | {:>13} | {}",
         elapsed.as_secs_f64(),
         ops.len(),
         faults.join(", "),

@@ -1,0 +1,408 @@
+//! Workloads from other processes: beside a scenario's tasks, each of a
+//! few `lock-worker serve` processes (its own client, through a proxy of
+//! the scenario's) runs random operations on the same locks and items,
+//! one at a time. The test records each call around the exchange with the
+//! process: invoked before the command is written, completed after the
+//! answer is read, and a guard's lease counted from when the command was
+//! sent (the process reads its clock later), all in the library's favour.
+//! Only where a process connects as the tasks do: one server, or a
+//! master whose writes wait for its replica.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::counter::Purchase;
+use lock_core::rate::Algorithm;
+use lock_tests::history::{Call, ErrorSeen, Grant, OpId, Reply, untyped_reason};
+use rand::Rng;
+use rand::rngs::StdRng;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::counters::{ITEMS, limiters};
+use crate::env::Env;
+use crate::world::Topology;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
+
+/// Processes per scenario.
+const PROCESSES: usize = 2;
+/// Their worker numbers in the history start here.
+pub(crate) const FIRST: usize = 1000;
+/// The permits of the served semaphores (`lock-worker`'s `PERMITS`).
+const PERMITS: u32 = 3;
+
+/// What the processes run (the tasks' workloads of the same names).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Workload {
+    /// Plain or fair locks with fencing.
+    Exclusive { fair: bool },
+    /// Reentrant (or fair reentrant) locks, often re-entered.
+    Reentrant { fair: bool },
+    /// Read-write locks.
+    ReadWrite,
+    /// Semaphores of [`PERMITS`], several permits at a time.
+    Semaphore,
+    /// Stock decrements with and without operation ids.
+    Stock,
+    /// Rate checks of the tasks' limiters, at random costs.
+    Rate,
+}
+
+/// Starts the processes of `workload`, when the scenario's topology lets
+/// a process connect as its tasks do; none otherwise.
+pub(crate) fn spawn(env: &Arc<Env>, workload: Workload) -> Vec<tokio::task::JoinHandle<()>> {
+    let sync = match env.topology {
+        Topology::One => (0, Duration::ZERO),
+        Topology::Replicated => env.topology.sync().expect("synced"),
+        _ => return Vec::new(),
+    };
+    (0..PROCESSES)
+        .map(|p| {
+            let url = env.proxies[p % env.proxies.len()].url();
+            let process = Process::start(env.clone(), FIRST + p, &url, sync);
+            tokio::spawn(process.run(workload))
+        })
+        .collect()
+}
+
+/// One `lock-worker serve` and the test's end of it.
+struct Process {
+    id: usize,
+    env: Arc<Env>,
+    rng: StdRng,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    calls: u64,
+}
+
+/// A guard the process holds: its op and its handle there.
+struct Held {
+    op: OpId,
+    handle: String,
+}
+
+impl Process {
+    fn start(env: Arc<Env>, id: usize, url: &str, (replicas, sync): (u32, Duration)) -> Self {
+        let mut child = Command::new(WORKER)
+            .args(["serve", url])
+            .arg(replicas.to_string())
+            .arg(sync.as_millis().to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {WORKER}: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Process {
+            rng: env.rng(id),
+            id,
+            env,
+            child,
+            stdin,
+            stdout,
+            calls: 0,
+        }
+    }
+
+    /// Sends `command`, returns the answer's words. A process that does
+    /// not answer within a minute, or is gone, fails the worker.
+    async fn ask(&mut self, command: &str) -> Vec<String> {
+        let stdin = self.stdin.as_mut().expect("open");
+        let sent = stdin.write_all(format!("{command}\n").as_bytes()).await;
+        sent.unwrap_or_else(|e| panic!("process {}: {command}: {e}", self.id));
+        let line = tokio::time::timeout(Duration::from_secs(60), self.stdout.next_line()).await;
+        match line {
+            Ok(Ok(Some(line))) => line.split(' ').map(str::to_owned).collect(),
+            other => panic!("process {}: no answer to {command}: {other:?}", self.id),
+        }
+    }
+
+    fn fresh(&mut self) -> String {
+        self.calls += 1;
+        format!("p{}-{}-{}", self.id, self.calls, self.env.seed % 10_000)
+    }
+
+    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.rng.random_range(lo..hi))
+    }
+
+    /// As the tasks wait: often not at all, else up to a second.
+    fn wait(&mut self) -> Duration {
+        if self.rng.random_bool(0.4) {
+            Duration::ZERO
+        } else {
+            self.ms(0, 1000)
+        }
+    }
+
+    /// As the tasks hold: mostly briefly, sometimes past a fixed lease.
+    fn hold_time(&mut self) -> Duration {
+        if self.rng.random_bool(0.15) {
+            self.ms(500, 1300)
+        } else {
+            self.ms(0, 300)
+        }
+    }
+
+    /// Records an error answer (`err <backend> <why> <Debug>...`).
+    fn error(&self, op: OpId, words: &[String]) {
+        let seen = ErrorSeen {
+            text: words.get(3..).unwrap_or_default().join(" "),
+            untyped: words.get(2).and_then(|why| untyped_reason(why)),
+        };
+        let backend = words.get(1).is_some_and(|b| b == "1");
+        self.env.history.error_seen(op, seen, backend);
+    }
+
+    /// Takes `lock` (the history's name: `<kind>:<name>`) for `owner`:
+    /// `command` is the rest of the `lock` command after the handle.
+    async fn acquire(
+        &mut self,
+        lock: &str,
+        owner: &str,
+        (shared, permits): (bool, u32),
+        command: &str,
+    ) -> Option<Held> {
+        let call = Call::Acquire {
+            lock: lock.to_owned(),
+            owner: owner.to_owned(),
+            shared,
+            permits,
+        };
+        let op = self.env.history.invoke(self.id, call);
+        let handle = self.fresh();
+        let sent = Instant::now();
+        let words = self.ask(&format!("lock {handle} {command}")).await;
+        match words.first().map(String::as_str) {
+            Some("got") => {
+                let fence = words[1].parse().ok();
+                let valid: u64 = words[2].parse().expect("valid-us");
+                let grant = Grant {
+                    fence,
+                    valid_until: sent + Duration::from_micros(valid),
+                    returned_lost: None,
+                };
+                self.env.history.ok(op, Reply::Granted(grant));
+                Some(Held { op, handle })
+            }
+            Some("busy") => {
+                self.env.history.ok(op, Reply::Busy);
+                None
+            }
+            _ => {
+                self.error(op, &words);
+                None
+            }
+        }
+    }
+
+    /// Holds `held` for `d`, noting their leases as watchdogs renew them.
+    async fn hold(&mut self, held: &[&Held], d: Duration) {
+        let end = Instant::now() + d;
+        loop {
+            for h in held {
+                let sent = Instant::now();
+                let words = self.ask(&format!("valid {}", h.handle)).await;
+                let left: u64 = words[1].parse().expect("valid-us");
+                if left > 0 {
+                    let until = sent + Duration::from_micros(left);
+                    self.env.history.valid_until(h.op, until);
+                }
+            }
+            let now = Instant::now();
+            if now >= end {
+                return;
+            }
+            tokio::time::sleep((end - now).min(Duration::from_millis(50))).await;
+        }
+    }
+
+    /// Releases `held`, or sometimes drops it (a release in the
+    /// background, whose answer nobody hears).
+    async fn release(&mut self, held: Held) {
+        let op = self
+            .env
+            .history
+            .invoke(self.id, Call::Release(vec![held.op]));
+        if self.rng.random_bool(0.15) {
+            self.ask(&format!("drop {}", held.handle)).await;
+            return;
+        }
+        let words = self.ask(&format!("release {}", held.handle)).await;
+        match (words[0].as_str(), words.get(1).map(String::as_str)) {
+            ("released", Some(was)) => {
+                self.env.history.ok(op, Reply::Released(was == "true"));
+            }
+            _ => self.error(op, &words),
+        }
+    }
+
+    /// A fixed lease or a watchdog, as the tasks' locks of `kind` have
+    /// them: the name and the lease argument.
+    fn lease(&mut self, kind: &str) -> (String, &'static str) {
+        if self.rng.random_bool(0.5) {
+            (format!("{kind}-fixed"), "f700")
+        } else {
+            (format!("{kind}-watch"), "w1500")
+        }
+    }
+
+    /// Runs `workload` until the scenario is over, then ends the process.
+    async fn run(mut self, workload: Workload) {
+        while !self.env.over() {
+            match workload {
+                Workload::Exclusive { fair } => self.exclusive(fair).await,
+                Workload::Reentrant { fair } => self.reentrant(fair).await,
+                Workload::ReadWrite => self.read_write().await,
+                Workload::Semaphore => self.semaphore().await,
+                Workload::Stock => self.stock().await,
+                Workload::Rate => self.rate().await,
+            }
+            let d = self.ms(
+                0,
+                if matches!(workload, Workload::Rate) {
+                    10
+                } else {
+                    30
+                },
+            );
+            tokio::time::sleep(d).await;
+        }
+        // End of input ends it; what it still holds is dropped there.
+        self.stdin = None;
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+        match status {
+            Ok(Ok(status)) if status.success() => {}
+            other => panic!("process {} ended badly: {other:?}", self.id),
+        }
+    }
+
+    async fn exclusive(&mut self, fair: bool) {
+        let kind = if fair { "fair" } else { "plain" };
+        let (name, lease) = self.lease(kind);
+        let (owner, wait) = (self.fresh(), self.wait().as_millis());
+        let command = format!("{kind} {name} {lease} {wait}");
+        let lock = format!("{kind}:{name}");
+        if let Some(held) = self.acquire(&lock, &owner, (false, 1), &command).await {
+            let d = self.hold_time();
+            self.hold(&[&held], d).await;
+            self.release(held).await;
+        }
+    }
+
+    async fn reentrant(&mut self, fair: bool) {
+        let kind = if fair { "fair-reentrant" } else { "reentrant" };
+        let (name, lease) = self.lease(kind);
+        let (owner, wait) = (self.fresh(), self.wait().as_millis());
+        let command = format!("{kind} {name} {lease} {wait} {owner}");
+        let lock = format!("{kind}:{name}");
+        let Some(outer) = self.acquire(&lock, &owner, (false, 1), &command).await else {
+            return;
+        };
+        let d = self.ms(0, 150);
+        self.hold(&[&outer], d).await;
+        if self.rng.random_bool(0.6) {
+            let command = format!("{kind} {name} {lease} 0 {owner}");
+            if let Some(inner) = self.acquire(&lock, &owner, (false, 1), &command).await {
+                let d = self.ms(0, 150);
+                self.hold(&[&outer, &inner], d).await;
+                if self.rng.random_bool(0.5) {
+                    self.release(inner).await;
+                    self.release(outer).await;
+                } else {
+                    self.release(outer).await;
+                    self.release(inner).await;
+                }
+                return;
+            }
+        }
+        self.release(outer).await;
+    }
+
+    async fn read_write(&mut self) {
+        let (name, lease) = self.lease("rw");
+        let (owner, wait) = (self.fresh(), self.wait().as_millis());
+        let read = self.rng.random_bool(0.65);
+        let side = if read { "read" } else { "write" };
+        let command = format!("{side} {name} {lease} {wait} {owner}");
+        let lock = format!("rw:{name}");
+        if let Some(held) = self.acquire(&lock, &owner, (read, 1), &command).await {
+            let d = self.hold_time();
+            self.hold(&[&held], d).await;
+            self.release(held).await;
+        }
+    }
+
+    async fn semaphore(&mut self) {
+        let (name, lease) = self.lease("sem");
+        let (owner, wait) = (self.fresh(), self.wait().as_millis());
+        let n = if self.rng.random_bool(0.6) {
+            1
+        } else {
+            self.rng.random_range(2..=PERMITS)
+        };
+        let command = format!("semaphore {name} {lease} {wait} {n}");
+        let lock = format!("sem:{name}");
+        if let Some(held) = self.acquire(&lock, &owner, (false, n), &command).await {
+            let d = self.hold_time();
+            self.hold(&[&held], d).await;
+            self.release(held).await;
+        }
+    }
+
+    async fn stock(&mut self) {
+        let item = ITEMS[self.rng.random_range(0..ITEMS.len())].0;
+        let n = self.rng.random_range(1..=3);
+        let id = self.rng.random_bool(0.5).then(|| self.fresh());
+        let call = Call::Decrement(item.into(), n, id.clone());
+        let op = self.env.history.invoke(self.id, call);
+        let command = format!("decrement {item} {n} {}", id.as_deref().unwrap_or("-"));
+        let words = self.ask(&command).await;
+        let number = |i: usize| -> u64 { words[i].parse().expect("a number") };
+        let purchase = match words[0].as_str() {
+            "done" => Purchase::Done {
+                remaining: number(1),
+                replayed: words[2] == "true",
+            },
+            "soldout" => Purchase::SoldOut {
+                available: number(1),
+            },
+            "unknown" => Purchase::UnknownItem,
+            _ => return self.error(op, &words),
+        };
+        self.env.history.ok(op, Reply::Purchase(purchase));
+    }
+
+    async fn rate(&mut self) {
+        let all = limiters();
+        let (name, algorithm, policy) = &all[self.rng.random_range(0..all.len())];
+        let cost = if self.rng.random_bool(0.8) { 1 } else { 2 };
+        let algorithm = match algorithm {
+            Algorithm::FixedWindow => "fw",
+            Algorithm::SlidingWindow => "sw",
+            _ => "gcra",
+        };
+        let quotas: Vec<String> = policy
+            .quotas()
+            .iter()
+            .map(|q| format!("{}:{}", q.limit(), q.period().as_millis()))
+            .collect();
+        let op = self
+            .env
+            .history
+            .invoke(self.id, Call::Rate(name.clone(), cost));
+        let command = format!("rate {name} {algorithm} {} {cost}", quotas.join(","));
+        let words = self.ask(&command).await;
+        match (words[0].as_str(), words.get(1), words.get(2)) {
+            ("decision", Some(allowed), Some(granted)) => {
+                let granted = granted.parse().expect("granted");
+                let reply = Reply::Decision(allowed == "true", granted);
+                self.env.history.ok(op, reply);
+            }
+            _ => self.error(op, &words),
+        }
+    }
+}
