@@ -8,7 +8,8 @@
 //! lock-worker buy  <redis-url> <item> <buyers> <tag>
 //! lock-worker hit  <redis-url> <key> <limit> <period-ms> <calls>
 //! lock-worker fenced <redis-url> <lock-name> <lease-ms>
-//! lock-worker serve <redis-url> <replicas> <sync-ms>
+//! lock-worker serve <one|cluster|sentinel> <replicas> <sync-ms> <url>...
+//! lock-worker serve-redlock <redis-url>...
 //! ```
 //!
 //! `serve` runs the fault suite's operations one command a line (see
@@ -52,7 +53,10 @@ async fn main() -> Result<(), Error> {
         }
         ["buy", url, item, buyers, tag] => buy(url, item, buyers.parse()?, tag).await,
         ["fenced", url, name, lease] => fenced(url, name, lease.parse()?).await,
-        ["serve", url, replicas, sync] => serve::serve(url, replicas.parse()?, sync.parse()?).await,
+        ["serve", topology, replicas, sync, urls @ ..] => {
+            serve::serve(topology, replicas.parse()?, sync.parse()?, urls).await
+        }
+        ["serve-redlock", urls @ ..] if !urls.is_empty() => serve::serve_redlock(urls).await,
         ["hit", url, key, limit, period, calls] => {
             hit(url, key, limit.parse()?, period.parse()?, calls.parse()?).await
         }

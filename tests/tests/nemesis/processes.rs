@@ -5,8 +5,8 @@
 //! process: invoked before the command is written, completed after the
 //! answer is read, and a guard's lease counted from when the command was
 //! sent (the process reads its clock later), all in the library's favour.
-//! Only where a process connects as the tasks do: one server, or a
-//! master whose writes wait for its replica.
+//! Every topology: one server, a master whose writes wait for its
+//! replica, Redlock's five servers, a cluster, a Sentinel set.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::counters::{ITEMS, limiters};
 use crate::env::Env;
-use crate::world::Topology;
+use crate::world::{Topology, World};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
 
@@ -47,20 +47,37 @@ pub(crate) enum Workload {
     Stock,
     /// Rate checks of the tasks' limiters, at random costs.
     Rate,
+    /// Redlock over the scenario's five servers.
+    Redlock,
 }
 
-/// Starts the processes of `workload`, when the scenario's topology lets
-/// a process connect as its tasks do; none otherwise.
+/// Starts the processes of `workload`, connected as the scenario's tasks
+/// are (through the same proxies).
 pub(crate) fn spawn(env: &Arc<Env>, workload: Workload) -> Vec<tokio::task::JoinHandle<()>> {
-    let sync = match env.topology {
-        Topology::One => (0, Duration::ZERO),
-        Topology::Replicated => env.topology.sync().expect("synced"),
-        _ => return Vec::new(),
+    let urls: Vec<String> = env.proxies.iter().map(|p| p.url()).collect();
+    let (replicas, sync) = env.topology.sync().unwrap_or((0, Duration::ZERO));
+    let args = |p: usize| -> Vec<String> {
+        let (topology, urls) = match (&env.world, env.topology) {
+            (_, Topology::Redlock) => {
+                return [vec!["serve-redlock".to_owned()], urls.clone()].concat();
+            }
+            (_, Topology::One | Topology::Replicated) => {
+                ("one", vec![urls[p % urls.len()].clone()])
+            }
+            (_, Topology::Cluster { .. }) => ("cluster", urls.clone()),
+            (World::Sentinel(set), _) => ("sentinel", set.sentinel_urls()),
+            (_, Topology::Sentinel) => unreachable!("a Sentinel topology has a Sentinel set"),
+        };
+        let head = [
+            topology.to_owned(),
+            replicas.to_string(),
+            sync.as_millis().to_string(),
+        ];
+        [vec!["serve".to_owned()], head.to_vec(), urls].concat()
     };
     (0..PROCESSES)
         .map(|p| {
-            let url = env.proxies[p % env.proxies.len()].url();
-            let process = Process::start(env.clone(), FIRST + p, &url, sync);
+            let process = Process::start(env.clone(), FIRST + p, &args(p));
             tokio::spawn(process.run(workload))
         })
         .collect()
@@ -84,11 +101,9 @@ struct Held {
 }
 
 impl Process {
-    fn start(env: Arc<Env>, id: usize, url: &str, (replicas, sync): (u32, Duration)) -> Self {
+    fn start(env: Arc<Env>, id: usize, args: &[String]) -> Self {
         let mut child = Command::new(WORKER)
-            .args(["serve", url])
-            .arg(replicas.to_string())
-            .arg(sync.as_millis().to_string())
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -260,6 +275,7 @@ impl Process {
                 Workload::Semaphore => self.semaphore().await,
                 Workload::Stock => self.stock().await,
                 Workload::Rate => self.rate().await,
+                Workload::Redlock => self.redlock().await,
             }
             let d = self.ms(
                 0,
@@ -286,6 +302,23 @@ impl Process {
         let (owner, wait) = (self.fresh(), self.wait().as_millis());
         let command = format!("{kind} {name} {lease} {wait}");
         let lock = format!("{kind}:{name}");
+        if let Some(held) = self.acquire(&lock, &owner, (false, 1), &command).await {
+            let d = self.hold_time();
+            self.hold(&[&held], d).await;
+            self.release(held).await;
+        }
+    }
+
+    /// As the Redlock tasks: a fixed lease of 1 s or a watchdog.
+    async fn redlock(&mut self) {
+        let (name, lease) = if self.rng.random_bool(0.5) {
+            ("redlock-fixed", "f1000")
+        } else {
+            ("redlock-watch", "w1500")
+        };
+        let (owner, wait) = (self.fresh(), self.wait().as_millis());
+        let command = format!("redlock {name} {lease} {wait}");
+        let lock = format!("redlock:{name}");
         if let Some(held) = self.acquire(&lock, &owner, (false, 1), &command).await {
             let d = self.hold_time();
             self.hold(&[&held], d).await;

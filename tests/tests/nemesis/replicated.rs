@@ -15,6 +15,7 @@ use rand::Rng;
 use crate::counters::{stock_check, stock_setup, stock_workers};
 use crate::env::{CLIENTS, Env, lock};
 use crate::locks::{exclusive_with, exclusive_workers};
+use crate::processes::{self, Workload};
 use crate::worker::{Rec, Worker, clients, spawn};
 
 /// Redlock: plain locks (no fencing: N counters give no one order) with
@@ -26,7 +27,7 @@ pub(crate) async fn redlock(env: Arc<Env>) -> Vec<Violation> {
     for _ in 0..CLIENTS {
         clients.push(Recorded::new(env.redlock().await));
     }
-    let workers = spawn(&env, &clients, move |mut w: Worker<Redlock>| async move {
+    let mut workers = spawn(&env, &clients, move |mut w: Worker<Redlock>| async move {
         let locks = [
             (
                 "redlock-fixed",
@@ -57,6 +58,7 @@ pub(crate) async fn redlock(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
+    workers.extend(processes::spawn(&env, Workload::Redlock));
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found
@@ -92,6 +94,8 @@ pub(crate) async fn sentinel_synced(env: Arc<Env>) -> Vec<Violation> {
     let clients = clients(&env).await;
     let mut workers = exclusive_workers(&env, &clients, 0, false, Worker::wait);
     workers.extend(stock_workers(&env, &clients, crate::env::WORKERS));
+    workers.extend(processes::spawn(&env, Workload::Exclusive { fair: false }));
+    workers.extend(processes::spawn(&env, Workload::Stock));
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found.extend(unconfirmed(&env));

@@ -13,6 +13,9 @@
 //! rate <name> <fw|sw|gcra> <limit>:<ms>[,..] <cost>   decision <allowed> <granted> | err ..
 //! ```
 //!
+//! `serve-redlock <url>...` serves locks of kind `redlock` only (plain
+//! locks over those servers).
+//!
 //! `<h>` names the guard for the commands after; `<kind>` is `plain` or
 //! `fair` (fencing on), `reentrant` or `fair-reentrant` (fencing on;
 //! `<arg>`: the owner id), `semaphore` (`<arg>`: permits taken of
@@ -24,30 +27,78 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use lock_core::backend::{RedisBackend, RedisConfig};
+use lock_core::backend::{AnyBackend, RedisBackend, RedisConfig};
 use lock_core::counter::{Purchase, Stock};
 use lock_core::lock::{
-    Lock, LockGuard, LockOptions, Owner, ReadWriteLock, ReentrantLock, Semaphore,
+    Lock, LockBackend, LockGuard, LockOptions, Owner, ReadWriteLock, Redlock, ReentrantLock,
+    Semaphore,
 };
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::history::classify;
+use lock_tests::sentinel::MASTER_NAME;
+use redis::cluster::ClusterClientBuilder;
 
 use crate::Error;
 
 /// The permits of every semaphore served.
 pub(crate) const PERMITS: u32 = 3;
 
-/// `serve <url> <replicas> <sync-ms>`: connects as the fault suite's
-/// clients do (short timeouts; writes wait for `replicas`) and serves.
-pub(crate) async fn serve(url: &str, replicas: u32, sync_ms: u64) -> Result<(), Error> {
+/// `serve <one|cluster|sentinel> <replicas> <sync-ms> <url>...`: connects
+/// as the fault suite's clients do (short timeouts; writes wait for
+/// `replicas`) to one server, a cluster (`urls`: its nodes) or the master
+/// a Sentinel names (`urls`: the Sentinels), and serves.
+pub(crate) async fn serve(
+    topology: &str,
+    replicas: u32,
+    sync_ms: u64,
+    urls: &[&str],
+) -> Result<(), Error> {
     let config = RedisConfig::default()
         .response_timeout(Duration::from_secs(1))
         .connect_timeout(Duration::from_secs(1));
-    let backend = RedisBackend::connect_with(redis::Client::open(url)?, config)
-        .await?
-        .sync_replicas(replicas, Duration::from_millis(sync_ms));
-    let stock = Stock::new(backend.clone());
-    let mut held: HashMap<String, LockGuard<RedisBackend>> = HashMap::new();
+    let sync = Duration::from_millis(sync_ms);
+    let backend: AnyBackend = match (topology, urls) {
+        ("one", [url]) => connect(url).await?.sync_replicas(replicas, sync).into(),
+        ("cluster", nodes) => {
+            let builder = ClusterClientBuilder::new(nodes.to_vec());
+            let backend = RedisBackend::connect_cluster_with(builder, config).await?;
+            backend.sync_replicas(replicas, sync).into()
+        }
+        ("sentinel", sentinels) => {
+            let backend =
+                RedisBackend::connect_sentinel_with(sentinels, MASTER_NAME, None, config).await?;
+            backend.sync_replicas(replicas, sync).into()
+        }
+        _ => return Err(format!("cannot serve {topology} at {urls:?}").into()),
+    };
+    run(backend.clone(), Some(backend)).await
+}
+
+/// `serve-redlock <url>...`: locks of kind `redlock` only, over the
+/// servers at `urls`, as the fault suite's Redlock clients are made.
+pub(crate) async fn serve_redlock(urls: &[&str]) -> Result<(), Error> {
+    let mut servers = Vec::new();
+    for url in urls {
+        servers.push(connect(url).await?);
+    }
+    let redlock = Redlock::new(servers)?.per_server_timeout(Duration::from_millis(150));
+    run(redlock, None).await
+}
+
+/// A client with the fault suite's short timeouts.
+async fn connect(url: &str) -> Result<RedisBackend, Error> {
+    let config = RedisConfig::default()
+        .response_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(1));
+    Ok(RedisBackend::connect_with(redis::Client::open(url)?, config).await?)
+}
+
+/// Serves commands until the end of input: locks on `locks`, stock and
+/// rate limits on `redis` (refused without one).
+async fn run<B: LockBackend>(locks: B, redis: Option<AnyBackend>) -> Result<(), Error> {
+    let backend = locks;
+    let stock = redis.clone().map(Stock::new);
+    let mut held: HashMap<String, LockGuard<B>> = HashMap::new();
     loop {
         let read = tokio::task::spawn_blocking(|| {
             let mut line = String::new();
@@ -91,6 +142,7 @@ pub(crate) async fn serve(url: &str, replicas: u32, sync_ms: u64) -> Result<(), 
                 "dropped".to_owned()
             }
             ["decrement", item, n, op] => {
+                let stock = stock.as_ref().ok_or("no stock here")?;
                 let n = n.parse()?;
                 let result = match *op {
                     "-" => stock.decrement(item, n).await,
@@ -109,7 +161,8 @@ pub(crate) async fn serve(url: &str, replicas: u32, sync_ms: u64) -> Result<(), 
             }
             ["rate", name, algorithm, quotas, cost] => {
                 let policy = policy(algorithm, quotas)?;
-                let limiter = RateLimiter::new(backend.clone(), *name, policy)?;
+                let redis = redis.clone().ok_or("no rate limits here")?;
+                let limiter = RateLimiter::new(redis, *name, policy)?;
                 match limiter.check_cost("k", cost.parse()?).await {
                     Ok(d) => format!("decision {} {}", d.allowed, d.granted),
                     Err(e) => error(&e),
@@ -150,21 +203,23 @@ fn policy(algorithm: &str, quotas: &str) -> Result<Policy, Error> {
     Ok(policy)
 }
 
-type Acquired = lock_core::Result<Option<LockGuard<RedisBackend>>>;
+type Acquired<B> = lock_core::Result<Option<LockGuard<B>>>;
 
 /// One acquisition of `kind` (see the module docs); an outer `Err` is a
 /// command the test got wrong.
-async fn acquire(
-    backend: &RedisBackend,
+async fn acquire<B: LockBackend>(
+    backend: &B,
     kind: &str,
     name: &str,
     options: LockOptions,
     wait: Duration,
     arg: Option<&&str>,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired<B>, Error> {
     let backend = backend.clone();
     let owner = || -> Result<Owner, Error> { Ok(Owner::from_id(*arg.ok_or("an owner id")?)?) };
     Ok(match kind {
+        // No fencing: N servers' counters give no one order.
+        "redlock" => Lock::with_options(backend, name, options)?.lock(wait).await,
         "plain" | "fair" => {
             let options = options.fencing(true).fair(kind == "fair");
             Lock::with_options(backend, name, options)?.lock(wait).await
