@@ -87,7 +87,9 @@ impl MemoryBuilder {
     /// reset anyone else's limit, though it shares its room with other
     /// newcomers until idle callers are dropped. Idle callers (whose limit
     /// is whole again) are dropped as new ones come, and the memory they
-    /// took is given back.
+    /// took is given back. The state is kept in shards, each with its
+    /// share of the cap, so newcomers may begin to share a little before
+    /// the whole cap is taken.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self
