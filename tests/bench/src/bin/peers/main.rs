@@ -5,9 +5,9 @@
 //! cargo run --release -p lock-bench --features peers --bin peers [-- --quick]
 //! ```
 //!
-//! `-- --only 3,4` runs only the sections named; `4a`, `4i`, `4l`, `4c` and
-//! `4t` name one table of section 4, and `4h` the HTTP table's servers without
-//! Redis, in 25 rounds instead of 5.
+//! `-- --only 3,4` runs only the sections named; `4a`, `4i`, `4l`, `4c`,
+//! `4t` and `4m` name one table of section 4, and `4h` the HTTP table's
+//! servers without Redis, in 25 rounds instead of 5.
 //!
 //! 1. decision throughput vs `redis-benchmark` on the same call;
 //! 2. lock latency: uncontended acquire+release vs two round trips
@@ -19,7 +19,9 @@
 //!    Redis vs no layer, actix-web with our middleware vs `actix-limitation`;
 //!    in process, the same layers' time, allocations and (under `valgrind`,
 //!    when it is installed) instructions and cold cache lines per request,
-//!    and in memory the decisions of one thread and of two at once;
+//!    and in memory the decisions of one thread and of two at once, and
+//!    as threads are added, for callers whose state expires between visits
+//!    and for callers whose state lives;
 //! 5. resident memory of the memory backend after one million distinct keys;
 //! 6. Redis Cluster next to one server: rate decisions at 256 callers, and
 //!    lock handoff with wake-ups from every master.
@@ -176,6 +178,9 @@ async fn main() -> Result<(), Error> {
     }
     if run("4") || run("4t") {
         threads::two_threads(&scale)?;
+    }
+    if run("4") || run("4m") {
+        threads::scaling(&scale)?;
     }
     if run("4") {
         http::http(&scale, false).await?;
