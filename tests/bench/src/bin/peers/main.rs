@@ -24,14 +24,18 @@
 //!    and for callers whose state lives;
 //! 5. resident memory of the memory backend after one million distinct keys;
 //! 6. Redis Cluster next to one server: rate decisions at 256 callers, and
-//!    lock handoff with wake-ups from every master.
+//!    lock handoff with wake-ups from every master;
+//! 7. client CPU per call on Redis: our decision and lock cycle vs
+//!    redis-rs alone calling a script on the same connection, on one server
+//!    and on a cluster.
 //!
 //! One module per section: [`locks`] (2), [`redlock`] (3), [`layers`],
 //! [`actix_cost`], [`threads`] and [`http`] (4, with the load generator in
-//! [`load`]), [`memory`] (5), [`cluster`] (6). Section 1 is
-//! `lock_bench::throughput`.
+//! [`load`]), [`memory`] (5), [`cluster`] (6), [`client_cpu`] (7). Section 1
+//! is `lock_bench::throughput`.
 
 mod actix_cost;
+mod client_cpu;
 mod cluster;
 mod http;
 mod layers;
@@ -145,6 +149,10 @@ async fn main() -> Result<(), Error> {
         let cold = layer_loop_args.next().as_deref() == Some("cold");
         return layers::layer_loop(&router, n, cold).await;
     }
+    if std::env::args().any(|a| a == "--cpu-loop") {
+        let args = std::env::args().skip_while(|a| a != "--cpu-loop").skip(1);
+        return client_cpu::cpu_loop(args).await;
+    }
     // `--only 3,4` runs just those sections.
     let only: Option<Vec<String>> = std::env::args()
         .skip_while(|a| a != "--only")
@@ -201,6 +209,10 @@ async fn main() -> Result<(), Error> {
     if run("6") {
         println!("\n## 6. Redis Cluster\n");
         cluster::cluster(&scale, quick).await?;
+    }
+    if run("7") {
+        println!("\n## 7. Client CPU per call\n");
+        client_cpu::client_cpu(quick).await?;
     }
     Ok(())
 }

@@ -1,0 +1,307 @@
+//! Section 7: what a call costs the client, in CPU time of this process
+//! (Redis runs in processes of its own), with enough concurrent callers
+//! that the connection is always busy. Ours next to redis-rs alone on the
+//! very connection our backend uses (a `ConnectionManager` on one server,
+//! a cluster connection on the cluster), calling a one-`INCR` script by
+//! `EVALSHA` as redis-rs's `Script` does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_bench::Error;
+use lock_core::backend::RedisBackend;
+use lock_core::lock::{Lock, LockBackend, LockOptions};
+use lock_core::rate::{RateBackend, RateLimiter};
+use lock_tests::RedisServer;
+use lock_tests::cluster::RedisCluster;
+use redis::aio::ConnectionLike;
+
+use crate::cluster::connect;
+use crate::layers::gcra_policy;
+use crate::median_and_quartiles;
+
+/// Our GCRA script, as the decision sends it.
+const GCRA: &str = include_str!("../../../../../lock-core/src/rate/gcra.lua");
+
+/// Concurrent callers, each with a key (or a lock) of its own.
+const CALLERS: usize = 256;
+
+/// What the callers do, one call (or cycle) at a time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Work {
+    /// redis-rs alone: `EVALSHA` of a one-`INCR` script.
+    Script,
+    /// redis-rs alone: `EVALSHA` of our GCRA script, with the keys and
+    /// arguments of our decision: what Redis's share of the work does to
+    /// the client's (a busier server answers in smaller batches).
+    GcraScript,
+    /// Our GCRA decision.
+    Decision,
+    /// Our lock, taken and released (two calls), with a fixed lease.
+    Cycle,
+    /// The same with the default lease (a watchdog renews it).
+    CycleWatchdog,
+}
+
+impl Work {
+    const ALL: [Work; 5] = [
+        Work::Script,
+        Work::GcraScript,
+        Work::Decision,
+        Work::Cycle,
+        Work::CycleWatchdog,
+    ];
+
+    fn named(name: &str) -> Option<Work> {
+        Work::ALL.into_iter().find(|work| work.name() == name)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Work::Script => "script",
+            Work::GcraScript => "gcra-script",
+            Work::Decision => "decision",
+            Work::Cycle => "cycle",
+            Work::CycleWatchdog => "watchdog",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Work::Script => "redis-rs alone, `EVALSHA` of a one-`INCR` script",
+            Work::GcraScript => "redis-rs alone, `EVALSHA` of our GCRA script",
+            Work::Decision => "ours, GCRA decision",
+            Work::Cycle => "ours, lock acquire + release (10 s lease), per cycle",
+            Work::CycleWatchdog => "ours, the same with the default watchdog lease",
+        }
+    }
+
+    /// Script calls per unit of work.
+    fn calls(self) -> f64 {
+        match self {
+            Work::Script | Work::GcraScript | Work::Decision => 1.0,
+            Work::Cycle | Work::CycleWatchdog => 2.0,
+        }
+    }
+}
+
+/// The CPU time so far of every thread of this process, in nanoseconds,
+/// from `/proc/self/task/<tid>/schedstat` (its first field).
+fn threads_cpu() -> Result<HashMap<u32, u64>, Error> {
+    let mut cpu = HashMap::new();
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let task = task?;
+        // A thread may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let ns = stat.split_whitespace().next().ok_or("empty schedstat")?;
+        cpu.insert(task.file_name().to_string_lossy().parse()?, ns.parse()?);
+    }
+    Ok(cpu)
+}
+
+/// CPU nanoseconds spent since `before` by the threads alive now (a thread
+/// started meanwhile counts from zero; the runtime's threads live through).
+fn cpu_since(before: &HashMap<u32, u64>) -> Result<u64, Error> {
+    Ok(threads_cpu()?
+        .iter()
+        .map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum())
+}
+
+/// Client CPU nanoseconds per unit of `work` and units per second, with
+/// [`CALLERS`] tasks at once for `run_for`.
+async fn measure<C>(
+    backend: &RedisBackend<C>,
+    work: Work,
+    run_for: Duration,
+) -> Result<(f64, f64), Error>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    RedisBackend<C>: RateBackend + LockBackend,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let script = Arc::new(match work {
+        Work::GcraScript => redis::Script::new(GCRA),
+        _ => redis::Script::new("return redis.call('INCR', KEYS[1])"),
+    });
+    let limiter = RateLimiter::new(backend.clone(), "cpu", gcra_policy())?;
+    let fixed = LockOptions::new().lease(Duration::from_secs(10));
+    let mut tasks = Vec::with_capacity(CALLERS);
+    for caller in 0..CALLERS {
+        let (stop, done, script) = (stop.clone(), done.clone(), script.clone());
+        let (backend, limiter) = (backend.clone(), limiter.clone());
+        let key = format!("cpu-{caller}");
+        let lock = match work {
+            Work::CycleWatchdog => Lock::new(backend.clone(), &key)?,
+            _ => Lock::with_options(backend.clone(), &key, fixed)?,
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut conn = backend.connection();
+            while !stop.load(Ordering::Relaxed) {
+                match work {
+                    Work::Script => {
+                        let _: i64 = script.key(&key).invoke_async(&mut conn).await?;
+                    }
+                    Work::GcraScript => {
+                        // One quota of a billion an hour, in nanosecond ticks.
+                        let _: redis::Value = script
+                            .key(format!("lock:{{cpu:{key}}}:0"))
+                            .arg(1)
+                            .arg(3_600)
+                            .arg(3_600_000_000_000_u64)
+                            .arg(1_000)
+                            .invoke_async(&mut conn)
+                            .await?;
+                    }
+                    Work::Decision => {
+                        if !limiter.check(key.as_str()).await?.allowed {
+                            return Err::<(), Error>(format!("{key} was refused").into());
+                        }
+                    }
+                    Work::Cycle | Work::CycleWatchdog => {
+                        let guard = lock.try_lock().await?.ok_or("busy")?;
+                        guard.release().await?;
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }));
+    }
+    // Every caller has made its first calls (scripts loaded, subscriber
+    // idle) before the count starts.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (before, counted) = (threads_cpu()?, done.load(Ordering::Relaxed));
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(run_for).await;
+    let (cpu, units) = (cpu_since(&before)?, done.load(Ordering::Relaxed) - counted);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await??;
+    }
+    let units = units.max(1) as f64;
+    Ok((cpu as f64 / units, units / elapsed.as_secs_f64()))
+}
+
+/// One setup's figures, over interleaved rounds: per work, the CPU per
+/// unit of each round and its ratio to redis-rs alone per script call
+/// (per unit divided by its calls) in the same round.
+async fn rounds<C>(
+    backend: &RedisBackend<C>,
+    rounds: usize,
+    run_for: Duration,
+) -> Result<Vec<Figures>, Error>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    RedisBackend<C>: RateBackend + LockBackend,
+{
+    let mut figures: Vec<Figures> = Work::ALL.iter().map(|_| Figures::default()).collect();
+    for _ in 0..rounds {
+        let mut reference = f64::NAN;
+        for (work, figures) in Work::ALL.into_iter().zip(&mut figures) {
+            let (ns, rate) = measure(backend, work, run_for).await?;
+            if work == Work::Script {
+                reference = ns;
+            }
+            figures.ns.push(ns);
+            figures.rate.push(rate);
+            figures.ratio.push(ns / work.calls() / reference);
+        }
+    }
+    Ok(figures)
+}
+
+#[derive(Default)]
+struct Figures {
+    ns: Vec<f64>,
+    rate: Vec<f64>,
+    ratio: Vec<f64>,
+}
+
+impl Figures {
+    /// `µs (quartiles) | per second | ratio (quartiles)` of the median round.
+    fn cells(&self) -> String {
+        let (ns, ns_low, ns_high) = median_and_quartiles(self.ns.clone());
+        let (rate, _, _) = median_and_quartiles(self.rate.clone());
+        let (ratio, low, high) = median_and_quartiles(self.ratio.clone());
+        format!(
+            "{:.1} ({:.1} to {:.1}) | {:.0}k | {ratio:.2}x ({low:.2} to {high:.2})",
+            ns / 1e3,
+            ns_low / 1e3,
+            ns_high / 1e3,
+            rate / 1e3
+        )
+    }
+}
+
+pub(super) async fn client_cpu(quick: bool) -> Result<(), Error> {
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start();
+    let one = RedisBackend::connect(&server.url()).await?;
+    let many = connect(&cluster).await?;
+    let (n, run_for) = if quick {
+        (3, Duration::from_millis(700))
+    } else {
+        (7, Duration::from_millis(1500))
+    };
+    println!(
+        "CPU time of this process (every thread, from /proc/self/task/*/schedstat) per call, {CALLERS} tasks on the 2-thread runtime, {run_for:?} per figure, {n} interleaved rounds; the median round, quartiles in brackets. Ratio: per script call (a lock cycle is two) to redis-rs alone in the same round\n"
+    );
+    for (label, figures) in [
+        ("one server", rounds(&one, n, run_for).await?),
+        ("cluster (3 masters)", rounds(&many, n, run_for).await?),
+    ] {
+        println!("| {label}: client CPU per call | µs | per second | ratio per call |");
+        println!("|---|---:|---:|---:|");
+        for (work, figures) in Work::ALL.into_iter().zip(&figures) {
+            println!("| {} | {} |", work.label(), figures.cells());
+        }
+        println!();
+    }
+    Ok(())
+}
+
+/// One work alone for `seconds`, for a profiler: `--cpu-loop <work>
+/// <seconds> [cluster]`, work one of `script`, `decision`, `cycle`,
+/// `watchdog`.
+pub(super) async fn cpu_loop(mut args: impl Iterator<Item = String>) -> Result<(), Error> {
+    let usage = "--cpu-loop script|decision|cycle|watchdog <seconds> [cluster]";
+    let work = args.next().as_deref().and_then(Work::named).ok_or(usage)?;
+    let run_for = Duration::from_secs_f64(args.next().ok_or(usage)?.parse()?);
+    let (ns, rate) = if args.next().as_deref() == Some("cluster") {
+        let cluster = RedisCluster::start();
+        measure(&connect(&cluster).await?, work, run_for).await?
+    } else {
+        let server = RedisServer::start();
+        let backend = RedisBackend::connect(&server.url()).await?;
+        measure(&backend, work, run_for).await?
+    };
+    println!(
+        "{}: {:.2} µs CPU per unit, {rate:.0}/s",
+        work.label(),
+        ns / 1e3
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_spent_cpu() {
+        let before = threads_cpu().expect("schedstat");
+        assert!(!before.is_empty());
+        let mut x = 0u64;
+        for i in 0..1_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        assert!(cpu_since(&before).expect("schedstat") > 0);
+    }
+}
