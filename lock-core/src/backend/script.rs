@@ -10,7 +10,7 @@
 //! sharded channels (every channel of a lock shares its keys' hash tag, so
 //! it lives on the same node).
 
-use redis::{Cmd, ToRedisArgs};
+use redis::{Cmd, RedisWrite, ToRedisArgs};
 
 /// A `static` [`LuaScript`] of the `.lua` files given, in order (paths as
 /// for `include_str!`, from the file that names them).
@@ -62,8 +62,8 @@ impl LuaScript {
     pub(crate) fn call(&self) -> Invocation<'_> {
         Invocation {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            data: Vec::with_capacity(256),
+            parts: Vec::with_capacity(16),
         }
     }
 
@@ -82,40 +82,99 @@ impl LuaScript {
     }
 }
 
-/// One call of a [`LuaScript`]: its keys and arguments.
+/// One call of a [`LuaScript`]: its keys and arguments, written one
+/// after another into one buffer as they come (keys and arguments may be
+/// added in any order), so that a call costs a few allocations, not two
+/// per key or argument.
 #[derive(Debug)]
 pub(crate) struct Invocation<'a> {
     script: &'a LuaScript,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    /// Every key and argument, as written.
+    data: Vec<u8>,
+    /// Where each key or argument ends in `data`, and whether it is a key.
+    parts: Vec<(usize, bool)>,
+}
+
+/// Writes what a [`ToRedisArgs`] value makes of itself into an
+/// [`Invocation`], as keys or as arguments.
+struct Parts<'i, 'a> {
+    call: &'i mut Invocation<'a>,
+    key: bool,
+}
+
+impl RedisWrite for Parts<'_, '_> {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.call.data.extend_from_slice(arg);
+        self.call.parts.push((self.call.data.len(), self.key));
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        /// Ends the part when dropped, as `Cmd`'s own writer does.
+        struct Part<'p, 'i, 'a>(&'p mut Parts<'i, 'a>);
+        impl Drop for Part<'_, '_, '_> {
+            fn drop(&mut self) {
+                let call = &mut *self.0.call;
+                call.parts.push((call.data.len(), self.0.key));
+            }
+        }
+        impl std::io::Write for Part<'_, '_, '_> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.call.data.extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        Part(self)
+    }
 }
 
 impl Invocation<'_> {
     /// Adds a key (every key a script touches goes through `KEYS`).
     pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
-        self.keys.extend(key.to_redis_args());
+        key.write_redis_args(&mut Parts {
+            call: self,
+            key: true,
+        });
         self
     }
 
     /// Adds an argument.
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
-        self.args.extend(arg.to_redis_args());
+        arg.write_redis_args(&mut Parts {
+            call: self,
+            key: false,
+        });
         self
+    }
+
+    /// The keys (`true`) or the arguments, in the order they were added.
+    fn parts(&self, keys: bool) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.parts.iter().map(|&(end, _)| end));
+        starts
+            .zip(&self.parts)
+            .filter(move |&(_, &(_, key))| key == keys)
+            .map(|(start, &(end, _))| &self.data[start..end])
     }
 
     /// `EVALSHA` (or, with `whole`, `EVAL` with the text) of this call.
     pub(crate) fn cmd(&self, sharded: bool, whole: bool) -> Cmd {
         let source = self.script.source(sharded);
-        let mut cmd = if whole {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(&source.text);
-            cmd
+        let (name, script) = if whole {
+            ("EVAL", &source.text)
         } else {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&source.hash);
-            cmd
+            ("EVALSHA", &source.hash)
         };
-        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        let keys = self.parts.iter().filter(|&&(_, key)| key).count();
+        // Sized once: the name, the script, the number of keys (at most
+        // 20 digits), then every key and argument.
+        let size = name.len() + script.len() + 20 + self.data.len();
+        let mut cmd = Cmd::with_capacity(3 + self.parts.len(), size);
+        cmd.arg(name).arg(script).arg(keys);
+        for part in self.parts(true).chain(self.parts(false)) {
+            cmd.arg(part);
+        }
         cmd
     }
 }
@@ -176,5 +235,31 @@ mod tests {
         assert!(text(&call.cmd(true, false)).contains(&script.source(true).hash));
         let quiet = LuaScript::new(&["return 1"]);
         assert!(quiet.sharded.is_none());
+    }
+
+    #[test]
+    fn keys_go_before_arguments_whatever_the_order_they_came_in() {
+        let script = LuaScript::new(&["return 1"]);
+        let mut call = script.call();
+        call.arg(-3)
+            .key("a")
+            .arg("x")
+            .key(&["b", "c"][..])
+            .arg(7_u64);
+        let args: Vec<Vec<u8>> = call
+            .cmd(false, false)
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => b"?".to_vec(),
+            })
+            .collect();
+        let hash = script.source(false).hash.as_bytes();
+        let expected: [&[u8]; 9] = [b"EVALSHA", hash, b"3", b"a", b"b", b"c", b"-3", b"x", b"7"];
+        assert_eq!(args, expected);
+        let whole = call.cmd(false, true);
+        let first: Vec<_> = whole.args_iter().take(2).collect();
+        assert_eq!(first.len(), 2);
+        assert!(matches!(first[1], redis::Arg::Simple(b"return 1")));
     }
 }
