@@ -12,6 +12,8 @@
 
 use redis::{Cmd, RedisWrite, ToRedisArgs};
 
+use crate::error::{Error, Result};
+
 /// A `static` [`LuaScript`] of the `.lua` files given, in order (paths as
 /// for `include_str!`, from the file that names them).
 macro_rules! lua_script {
@@ -179,6 +181,47 @@ impl Invocation<'_> {
     }
 }
 
+/// The integers of a reply that a script packed into one string, `N` of
+/// them separated by spaces: a string is read in one step where an array
+/// of integers is read element by element, which cost the client more than
+/// the rest of a call.
+pub(crate) fn packed<const N: usize>(reply: &redis::Value) -> Result<[i64; N]> {
+    let unexpected = || Error::UnexpectedReply(format!("expected {N} integers, got {reply:?}"));
+    let redis::Value::BulkString(bytes) = reply else {
+        return Err(unexpected());
+    };
+    let mut numbers = bytes.split(|&b| b == b' ').map(integer);
+    let mut out = [0; N];
+    for slot in &mut out {
+        *slot = numbers.next().flatten().ok_or_else(unexpected)?;
+    }
+    match numbers.next() {
+        None => Ok(out),
+        Some(_) => Err(unexpected()),
+    }
+}
+
+/// The integer written in decimal in `text` (a Lua script's `%d`), if it
+/// is one of at most 18 digits: every integer a script computes exactly
+/// (below 2^53) fits.
+fn integer(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text {
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + i64::from(digit - b'0');
+    }
+    Some(if negative { -n } else { n })
+}
+
 /// Whether `error` says the server does not have the script.
 pub(crate) fn no_script(error: &redis::RedisError) -> bool {
     error.code() == Some("NOSCRIPT")
@@ -261,5 +304,28 @@ mod tests {
         let first: Vec<_> = whole.args_iter().take(2).collect();
         assert_eq!(first.len(), 2);
         assert!(matches!(first[1], redis::Arg::Simple(b"return 1")));
+    }
+
+    #[test]
+    fn a_packed_reply_has_exactly_its_integers() {
+        let text = |s: &str| redis::Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(packed::<3>(&text("1 -2 30")).unwrap(), [1, -2, 30]);
+        assert_eq!(
+            packed::<2>(&text("9007199254740993 -0")).unwrap(),
+            [9_007_199_254_740_993, 0]
+        );
+        for bad in [
+            "1 2", "1 2 3 4", "1  2 3", "1 2 x", "", "1 2 +3", "1 - 3", "1 2 1e3",
+        ] {
+            assert!(
+                matches!(packed::<3>(&text(bad)), Err(Error::UnexpectedReply(_))),
+                "{bad:?}"
+            );
+        }
+        let array = redis::Value::Array(vec![redis::Value::Int(1)]);
+        assert!(matches!(
+            packed::<1>(&array),
+            Err(Error::UnexpectedReply(_))
+        ));
     }
 }

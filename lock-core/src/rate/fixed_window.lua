@@ -2,8 +2,12 @@
 -- KEYS[i]: the counter of quota i (window starts at its first hit).
 -- ARGV[1]: cost (0 = just look; -n: at most n, as many as every quota has
 -- room for, or one when none has); ARGV[2i], ARGV[2i+1]: limit, period in ms.
--- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us,
--- cost decided}.
+-- Returns "allowed quota remaining reset retry cost": whether allowed, the
+-- deciding quota (0-based), remaining, reset and retry in us, the cost decided,
+-- as one string (read in one step by the client, unlike an array).
+local function answer(allowed, quota, remaining, reset, retry, cost)
+  return string.format('%d %d %d %d %d %d', allowed, quota, remaining, reset, retry, cost)
+end
 -- Redis keeps a key while its clock (whole milliseconds) is at its expiry, so
 -- a PTTL of 0 counts as gone: a window then lasts exactly its period, and a
 -- refusal's PTTL t is always enough to wait.
@@ -37,7 +41,7 @@ if #KEYS == 1 then
   if count + cost > limit then
     local remaining = limit - count
     if remaining < 0 then remaining = 0 end
-    return {0, 0, remaining, ttl * 1000, ttl * 1000, cost}
+    return answer(0, 0, remaining, ttl * 1000, ttl * 1000, cost)
   end
   if fresh and cost > 0 then
     redis.call('SET', key, arg, 'PX', ARGV[3])
@@ -45,7 +49,7 @@ if #KEYS == 1 then
   elseif cost > 0 then
     count = redis.call('INCRBY', key, arg)
   end
-  return {1, 0, limit - count, ttl * 1000, 0, cost}
+  return answer(1, 0, limit - count, ttl * 1000, 0, cost)
 end
 local counts, ttls, limits, fresh = {}, {}, {}, {}
 if at_most then
@@ -88,11 +92,12 @@ if allowed == 1 then
     end
     if best == nil or limits[i] - counts[i] < limits[best] - counts[best] then best = i end
   end
-  return {1, best - 1, limits[best] - counts[best], ttls[best] * 1000, 0, cost}
+  return answer(1, best - 1, limits[best] - counts[best], ttls[best] * 1000, 0,
+                cost)
 end
 for i = 1, #KEYS do
   if counts[i] + cost > limits[i] and (best == nil or ttls[i] > ttls[best]) then best = i end
 end
 local remaining = limits[best] - counts[best]
 if remaining < 0 then remaining = 0 end
-return {0, best - 1, remaining, ttls[best] * 1000, ttls[best] * 1000, cost}
+return answer(0, best - 1, remaining, ttls[best] * 1000, ttls[best] * 1000, cost)

@@ -7,8 +7,12 @@
 -- ticks, and ticks per microsecond (1000: ticks are nanoseconds; 1: ticks
 -- are microseconds, for windows whose nanoseconds would not be exact in a
 -- Lua number). Every number here is an integer below 2^53, so exact.
--- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us,
--- cost decided}.
+-- Returns "allowed quota remaining reset retry cost": whether allowed, the
+-- deciding quota (0-based), remaining, reset and retry in us, the cost decided,
+-- as one string (read in one step by the client, unlike an array).
+local function answer(allowed, quota, remaining, reset, retry, cost)
+  return string.format('%d %d %d %d %d %d', allowed, quota, remaining, reset, retry, cost)
+end
 local cost = tonumber(ARGV[1])
 local at_most = cost < 0
 if at_most then cost = -cost end
@@ -76,5 +80,5 @@ for i = 1, #KEYS do
   end
 end
 local s = st[best]
-return {allowed, best - 1, div(s.window - s.debt, s.interval),
-        micros(s.debt, s.per_us), micros(s.retry, s.per_us), cost}
+return answer(allowed, best - 1, div(s.window - s.debt, s.interval),
+              micros(s.debt, s.per_us), micros(s.retry, s.per_us), cost)

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::{Algorithm, Decision, RateBackend, RateRequest, decision};
 use crate::backend::RedisBackend;
-use crate::backend::script::LuaScript;
+use crate::backend::script::{LuaScript, packed};
 use crate::error::{Error, Result};
 
 static FIXED_WINDOW: LazyLock<LuaScript> =
@@ -52,8 +52,8 @@ where
                 }
             }
         }
-        let (allowed, index, remaining, reset_us, retry_us, cost): (i64, i64, i64, i64, i64, i64) =
-            self.invoke(invocation).await?;
+        let reply: redis::Value = self.invoke(invocation).await?;
+        let [allowed, index, remaining, reset_us, retry_us, cost] = packed(&reply)?;
         let index = usize::try_from(index)
             .ok()
             .filter(|&i| i < policy.quotas().len())

@@ -4,8 +4,12 @@
 -- KEYS[i]: hash {w = window index, c = current count, p = previous count}.
 -- ARGV[1]: cost (-n: at most n, as for the fixed window); ARGV[2i],
 -- ARGV[2i+1]: limit, period in ms.
--- Returns {allowed, deciding quota (0-based), remaining, reset us, retry us,
--- cost decided}.
+-- Returns "allowed quota remaining reset retry cost": whether allowed, the
+-- deciding quota (0-based), remaining, reset and retry in us, the cost decided,
+-- as one string (read in one step by the client, unlike an array).
+local function answer(allowed, quota, remaining, reset, retry, cost)
+  return string.format('%d %d %d %d %d %d', allowed, quota, remaining, reset, retry, cost)
+end
 local cost = tonumber(ARGV[1])
 local at_most = cost < 0
 if at_most then cost = -cost end
@@ -52,7 +56,7 @@ if #KEYS == 1 then
   elseif p > 0 then
     reset = period - elapsed
   end
-  return {allowed, 0, remaining, reset * 1000, retry * 1000, cost}
+  return answer(allowed, 0, remaining, reset * 1000, retry * 1000, cost)
 end
 local st = {}
 for i = 1, #KEYS do
@@ -116,4 +120,4 @@ if s.c > 0 then
 elseif s.p > 0 then
   reset = s.period - s.elapsed
 end
-return {allowed, best - 1, remaining, reset * 1000, s.retry * 1000, cost}
+return answer(allowed, best - 1, remaining, reset * 1000, s.retry * 1000, cost)
