@@ -71,7 +71,11 @@ struct Keys {
 impl Keys {
     /// The key that remembers `token`'s release: `<last>:<token>`.
     fn released(&self, token: &str) -> String {
-        format!("{}:{token}", self.last)
+        let mut key = String::with_capacity(self.last.len() + 1 + token.len());
+        key.push_str(&self.last);
+        key.push(':');
+        key.push_str(token);
+        key
     }
 }
 
@@ -79,18 +83,28 @@ impl<C> RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    fn lock_keys(&self, kind: Kind, name: &Name) -> Keys {
+    /// The key of the lock itself, without the others of
+    /// [`lock_keys`](Self::lock_keys) (an acquire needs no more).
+    fn lock_key(&self, kind: Kind, name: &Name) -> String {
         match kind {
             // The plain lock keeps the shortest names: `<prefix>{name}:lock`.
+            Kind::Plain => self.key(name, "lock"),
+            _ => self.key(name, kind.tag()),
+        }
+    }
+
+    fn lock_keys(&self, kind: Kind, name: &Name) -> Keys {
+        let lock = self.lock_key(kind, name);
+        match kind {
             Kind::Plain => Keys {
-                lock: self.key(name, "lock"),
+                lock,
                 channel: self.key(name, "released"),
                 last: self.key(name, "lock:last"),
             },
             _ => {
                 let base = kind.tag();
                 Keys {
-                    lock: self.key(name, base),
+                    lock,
                     channel: self.key(name, &format!("{base}:released")),
                     last: self.key(name, &format!("{base}:last")),
                 }
@@ -130,7 +144,7 @@ where
         lease: Duration,
         waits: bool,
     ) -> Result<Attempt> {
-        let key = self.lock_keys(Kind::Plain, name).lock;
+        let key = self.lock_key(Kind::Plain, name);
         let mut set = redis::cmd("SET");
         set.arg(&key)
             .arg(token)
@@ -207,7 +221,7 @@ where
                 };
                 let mut invocation = script.call();
                 invocation
-                    .key(self.lock_keys(request.kind, name).lock)
+                    .key(self.lock_key(request.kind, name))
                     .key(self.key(name, "fence"))
                     .arg(request.token)
                     .arg(lease)
@@ -234,7 +248,7 @@ where
             Kind::Read | Kind::Write => {
                 let mut invocation = RW_ACQUIRE.call();
                 invocation
-                    .key(self.lock_keys(request.kind, name).lock)
+                    .key(self.lock_key(request.kind, name))
                     .key(self.key(name, "rw:writers"))
                     .key(self.key(name, "fence"))
                     .arg(request.token)
@@ -249,7 +263,7 @@ where
             Kind::Semaphore { permits, count } => {
                 let mut invocation = SEMAPHORE_ACQUIRE.call();
                 invocation
-                    .key(self.lock_keys(request.kind, name).lock)
+                    .key(self.lock_key(request.kind, name))
                     .arg(request.token)
                     .arg(lease)
                     .arg(permits.get())
@@ -348,7 +362,7 @@ where
             Kind::Plain => &*EXTEND,
         };
         let mut invocation = script.call();
-        invocation.key(self.lock_keys(kind, name).lock);
+        invocation.key(self.lock_key(kind, name));
         if kind == Kind::Fair {
             invocation.key(self.key(name, "flock:holding"));
         }
@@ -392,7 +406,7 @@ where
             Kind::Fair => "fair",
         };
         let mut invocation = INSPECT.call();
-        invocation.key(self.lock_keys(kind, name).lock);
+        invocation.key(self.lock_key(kind, name));
         if kind == Kind::Fair {
             invocation.key(self.key(name, "flock:holding"));
         }
