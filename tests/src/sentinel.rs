@@ -304,8 +304,14 @@ impl SentinelSet {
     /// # Panics
     /// When it is not in sync within 30 s.
     pub fn rejoin(&self) {
+        // Not in the middle of a failover of the Sentinel's own (a
+        // partition of the master can start one), which is about to
+        // reconfigure both servers itself.
+        wait_until(Duration::from_secs(30), "no failover in progress", || {
+            !self.failing_over()
+        });
         let master = self.master_port();
-        let replica = self.replica();
+        let replica = &self.servers[1 - self.index(master)];
         let follows = info(replica, "replication", "role").as_deref() == Some("slave")
             && info(replica, "replication", "master_port") == Some(master.to_string());
         if !follows {
@@ -318,6 +324,20 @@ impl SentinelSet {
         wait_until(Duration::from_secs(30), "the old master in sync", || {
             info(replica, "replication", "master_link_status").as_deref() == Some("up")
         });
+    }
+}
+
+impl SentinelSet {
+    /// Whether the Sentinel is failing the master over now.
+    fn failing_over(&self) -> bool {
+        let fields: Vec<String> = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(MASTER_NAME)
+            .query(&mut self.sentinel.connection())
+            .unwrap_or_else(|e| panic!("SENTINEL MASTER: {e}"));
+        fields
+            .chunks(2)
+            .any(|pair| pair[0] == "flags" && pair.get(1).is_some_and(|f| f.contains("failover")))
     }
 }
 

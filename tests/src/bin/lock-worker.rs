@@ -265,6 +265,17 @@ async fn hit(url: &str, key: &str, limit: u32, period_ms: u64, calls: u64) -> Re
     Ok(())
 }
 
+/// The next line of standard input (`None` at its end), read off the
+/// runtime's thread.
+async fn next_line() -> Result<Option<String>, Error> {
+    let read = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|n| (n, line))
+    });
+    let (n, line) = read.await??;
+    Ok((n > 0).then_some(line))
+}
+
 /// The `fenced` command loop (see the module docs).
 async fn fenced(url: &str, name: &str, lease_ms: u64) -> Result<(), Error> {
     let backend = RedisBackend::connect(url).await?;
@@ -273,15 +284,7 @@ async fn fenced(url: &str, name: &str, lease_ms: u64) -> Result<(), Error> {
         .fencing(true);
     let lock = Lock::with_options(backend, name, options)?;
     let mut held: Option<LockGuard<RedisBackend>> = None;
-    loop {
-        let read = tokio::task::spawn_blocking(|| {
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).map(|n| (n, line))
-        });
-        let (n, line) = read.await??;
-        if n == 0 {
-            break;
-        }
+    while let Some(line) = next_line().await? {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["take", wait] => match lock.lock(Duration::from_millis(wait.parse()?)).await {

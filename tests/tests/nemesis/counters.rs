@@ -27,7 +27,7 @@ pub(crate) async fn stock(env: Arc<Env>) -> Vec<Violation> {
     stock_setup(&env).await;
     let clients = clients(&env).await;
     let mut workers = stock_workers(&env, &clients, 0);
-    workers.extend(processes::spawn(&env, Workload::Stock));
+    workers.extend(processes::spawn(&env, Workload::Stock).await);
     let mut found = env.nemesis(workers).await;
     found.extend(stock_check(&env).await);
     found
@@ -236,7 +236,7 @@ pub(crate) async fn rate(env: Arc<Env>) -> Vec<Violation> {
             tokio::time::sleep(d).await;
         }
     });
-    workers.extend(processes::spawn(&env, Workload::Rate));
+    workers.extend(processes::spawn(&env, Workload::Rate).await);
     let mut found = env.nemesis(workers).await;
     for (name, algorithm, policy) in limiters() {
         found.extend(history::rate::check(

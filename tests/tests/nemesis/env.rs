@@ -27,6 +27,18 @@ pub(crate) const WORKERS: usize = 6;
 /// may cause by design: the checker reports them and expects nothing.
 const LOSSY: [&str; 3] = ["overlap", "permits", "release-answer"];
 
+/// What a failover that may lose answered writes (forced, or a takeover,
+/// without `sync_replicas`) may cause besides: answered decrements,
+/// remembered operation ids and counted hits gone.
+const LOST_WRITES: [&str; 6] = [
+    "stock",
+    "op-replayed",
+    "op-answer",
+    "op-applied-twice",
+    "settle-answer",
+    "rate",
+];
+
 /// Locks `mutex`, poisoned or not.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -77,6 +89,9 @@ pub(crate) struct Env {
     /// Whether a failover without `sync_replicas` happened (locks may
     /// then be granted twice, as documented).
     pub(crate) lossy: AtomicBool,
+    /// Whether one of them may have lost answered writes (forced, or a
+    /// takeover).
+    pub(crate) lost_writes: AtomicBool,
 }
 
 impl Env {
@@ -119,10 +134,14 @@ impl Env {
         *lock(&self.faults).entry(fault).or_insert(0) += 1;
     }
 
-    /// Notes a failover: lossy unless writes wait for replicas.
-    pub(crate) fn failed_over(&self) {
+    /// Notes a failover (`forced`: without the old master's agreement):
+    /// lossy unless writes wait for replicas.
+    pub(crate) fn failed_over(&self, forced: bool) {
         if self.topology.sync().is_none() {
             self.lossy.store(true, Ordering::SeqCst);
+            if forced {
+                self.lost_writes.store(true, Ordering::SeqCst);
+            }
         }
     }
 
@@ -184,6 +203,7 @@ where
         paused: Mutex::new(Vec::new()),
         replaced: Mutex::new(Vec::new()),
         lossy: AtomicBool::new(false),
+        lost_writes: AtomicBool::new(false),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -197,9 +217,10 @@ where
     drop(runtime);
     // After a lossy failover, double grants are documented: reported only.
     let reported: Vec<Violation> = if env.lossy.load(Ordering::SeqCst) {
-        let (lossy, hard) = violations
-            .into_iter()
-            .partition(|v| LOSSY.contains(&v.kind));
+        let lost_writes = env.lost_writes.load(Ordering::SeqCst);
+        let (lossy, hard) = violations.into_iter().partition(|v| {
+            LOSSY.contains(&v.kind) || (lost_writes && LOST_WRITES.contains(&v.kind))
+        });
         violations = hard;
         lossy
     } else {

@@ -47,17 +47,39 @@ impl Env {
 
     /// Pauses pausable server `i` for `d`, noting when it surely was.
     async fn pause_server(&self, i: usize, d: Duration) {
-        self.world.pause(i);
+        // Resolved once: the Sentinel may switch masters meanwhile, and
+        // the server stopped is the one to resume.
+        let server = self.world.pausable_server(i);
+        server.pause();
         let from = Instant::now();
         tokio::time::sleep(d).await;
         let until = Instant::now();
-        self.world.resume(i);
+        server.resume();
         lock(&self.paused).push((i, from, until));
     }
 
+    /// Notes a failover the Sentinel made by itself (after a partition of
+    /// the master past its down-after) since `known`: the master's port
+    /// and how many failovers the nemesis had asked for when last looked.
+    fn sentinel_failovers(&self, known: &mut Option<(u16, u32)>) {
+        let World::Sentinel(set) = &self.world else {
+            return;
+        };
+        let port = set.master_port();
+        let asked = lock(&self.faults).get("failover").copied().unwrap_or(0);
+        if known.is_some_and(|(was, asked_then)| was != port && asked_then == asked) {
+            lock(&self.replaced).push((0, Instant::now()));
+            self.count("failover-by-sentinel");
+            self.failed_over(false);
+        }
+        *known = Some((port, asked));
+    }
+
     /// The fault only some worlds have: a kill and restart, a failover, a
-    /// long pause of the replica.
-    async fn world_fault(&self, rng: &mut StdRng) {
+    /// long pause of the replica. `first`: the scenario's first, which is
+    /// its world's most telling (a `TAKEOVER` where one is allowed, a
+    /// Sentinel failover), so that a short run has it too.
+    async fn world_fault(&self, rng: &mut StdRng, first: bool) {
         match (&self.world, self.topology) {
             (World::One(_), _) => {
                 let down = ms(rng, 100, 1000);
@@ -80,13 +102,14 @@ impl Env {
                 let avoid: Vec<usize> = replaced.iter().map(|&(m, _)| m).collect();
                 let mut choice = StdRng::seed_from_u64(rng.random());
                 let done = tokio::task::block_in_place(|| {
-                    self.world.failover(&mut choice, force, synced, &avoid)
+                    self.world
+                        .failover(&mut choice, (force, synced), first, &avoid)
                 });
                 if let Some((master, how)) = done {
                     replaced.push((master, Instant::now()));
                     drop(replaced);
                     self.count(how);
-                    self.failed_over();
+                    self.failed_over(how != "failover");
                 }
             }
             (World::Sentinel(set), _) => {
@@ -98,7 +121,7 @@ impl Env {
                     .is_none_or(|&(_, at)| at.elapsed() >= FAILOVER_TIMEOUT);
                 // A partition of the master may have started one of the
                 // Sentinel's own: a refusal is no fault injected.
-                if due && rng.random_bool(0.6) && set.can_fail_over() {
+                if due && (first || rng.random_bool(0.6)) && set.can_fail_over() {
                     // The old master stays one (with no replica: synced
                     // writes fail) until the Sentinel makes it a replica,
                     // seconds later; half the time it is done at once.
@@ -113,7 +136,7 @@ impl Env {
                     if taken {
                         lock(&self.replaced).push((0, Instant::now()));
                         self.count("failover");
-                        self.failed_over();
+                        self.failed_over(false);
                     }
                 } else {
                     let d = ms(rng, 200, self.world.longest_pause().as_millis() as u64);
@@ -137,14 +160,20 @@ impl Env {
         workers: Vec<tokio::task::JoinHandle<()>>,
     ) -> Vec<Violation> {
         let mut rng = StdRng::seed_from_u64(self.seed ^ 0x6e656d65);
+        let mut master = None;
+        let mut first = true;
         while !self.over() {
             tokio::time::sleep(ms(&mut rng, 100, 500)).await;
+            self.sentinel_failovers(&mut master);
             let injected = self.injected();
-            if self.proxies.is_empty() {
-                self.world_fault(&mut rng).await;
+            if self.proxies.is_empty() || first {
+                // The world's own fault first: a short run has it too.
+                self.world_fault(&mut rng, first).await;
+                first = false;
                 if self.injected() > injected {
                     lock(&self.healed).push(Instant::now());
                 }
+                self.sentinel_failovers(&mut master);
                 continue;
             }
             let proxy = &self.proxies[rng.random_range(0..self.proxies.len())];
@@ -200,7 +229,7 @@ impl Env {
                     proxy.cut_all();
                     self.count("reset");
                 }
-                _ => self.world_fault(&mut rng).await,
+                _ => self.world_fault(&mut rng, false).await,
             }
             if self.injected() > injected {
                 lock(&self.healed).push(Instant::now());

@@ -42,7 +42,7 @@ pub(crate) async fn exclusive_with(
 ) -> Vec<Violation> {
     let clients = clients(&env).await;
     let mut workers = exclusive_workers(&env, &clients, 0, fair, wait);
-    workers.extend(processes::spawn(&env, Workload::Exclusive { fair }));
+    workers.extend(processes::spawn(&env, Workload::Exclusive { fair }).await);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found
@@ -144,7 +144,7 @@ pub(crate) async fn reentrant(env: Arc<Env>, fair: bool) -> Vec<Violation> {
             w.pause().await;
         }
     });
-    workers.extend(processes::spawn(&env, Workload::Reentrant { fair }));
+    workers.extend(processes::spawn(&env, Workload::Reentrant { fair }).await);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found
@@ -193,7 +193,7 @@ pub(crate) async fn read_write(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
-    workers.extend(processes::spawn(&env, Workload::ReadWrite));
+    workers.extend(processes::spawn(&env, Workload::ReadWrite).await);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::ReadWrite));
     found
@@ -235,7 +235,7 @@ pub(crate) async fn semaphore(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
-    workers.extend(processes::spawn(&env, Workload::Semaphore));
+    workers.extend(processes::spawn(&env, Workload::Semaphore).await);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Permits(PERMITS)));
     found

@@ -53,7 +53,17 @@ pub(crate) enum Workload {
 
 /// Starts the processes of `workload`, connected as the scenario's tasks
 /// are (through the same proxies).
-pub(crate) fn spawn(env: &Arc<Env>, workload: Workload) -> Vec<tokio::task::JoinHandle<()>> {
+pub(crate) async fn spawn(env: &Arc<Env>, workload: Workload) -> Vec<tokio::task::JoinHandle<()>> {
+    spawn_from(env, workload, 0).await
+}
+
+/// As [`spawn`], numbering the processes from `first` (for a second
+/// workload in the same scenario).
+pub(crate) async fn spawn_from(
+    env: &Arc<Env>,
+    workload: Workload,
+    first: usize,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let urls: Vec<String> = env.proxies.iter().map(|p| p.url()).collect();
     let (replicas, sync) = env.topology.sync().unwrap_or((0, Duration::ZERO));
     let args = |p: usize| -> Vec<String> {
@@ -75,12 +85,15 @@ pub(crate) fn spawn(env: &Arc<Env>, workload: Workload) -> Vec<tokio::task::Join
         ];
         [vec!["serve".to_owned()], head.to_vec(), urls].concat()
     };
-    (0..PROCESSES)
-        .map(|p| {
-            let process = Process::start(env.clone(), FIRST + p, &args(p));
-            tokio::spawn(process.run(workload))
-        })
-        .collect()
+    let mut started = Vec::new();
+    for p in 0..PROCESSES {
+        let mut process = Process::start(env.clone(), FIRST + first + p, &args(p));
+        // Connected before the nemesis starts: a fault then is the
+        // workload's, never a failed start.
+        process.ready().await;
+        started.push(tokio::spawn(process.run(workload)));
+    }
+    started
 }
 
 /// One `lock-worker serve` and the test's end of it.
@@ -119,6 +132,15 @@ impl Process {
             stdin,
             stdout,
             calls: 0,
+        }
+    }
+
+    /// Waits for the process to say it is connected.
+    async fn ready(&mut self) {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.stdout.next_line()).await;
+        match line {
+            Ok(Ok(Some(line))) if line == "ready" => {}
+            other => panic!("process {} did not start: {other:?}", self.id),
         }
     }
 
@@ -195,10 +217,11 @@ impl Process {
             Some("got") => {
                 let fence = words[1].parse().ok();
                 let valid: u64 = words[2].parse().expect("valid-us");
+                let lost = words[3..].join(" ");
                 let grant = Grant {
                     fence,
                     valid_until: sent + Duration::from_micros(valid),
-                    returned_lost: None,
+                    returned_lost: (lost != "-").then_some(lost),
                 };
                 self.env.history.ok(op, Reply::Granted(grant));
                 Some(Held { op, handle })
@@ -296,17 +319,23 @@ impl Process {
         }
     }
 
+    /// Takes `lock` as [`acquire`](Self::acquire) does, holds it as the
+    /// tasks do, and releases it.
+    async fn cycle(&mut self, lock: &str, owner: &str, share: (bool, u32), command: &str) {
+        if let Some(held) = self.acquire(lock, owner, share, command).await {
+            let d = self.hold_time();
+            self.hold(&[&held], d).await;
+            self.release(held).await;
+        }
+    }
+
     async fn exclusive(&mut self, fair: bool) {
         let kind = if fair { "fair" } else { "plain" };
         let (name, lease) = self.lease(kind);
         let (owner, wait) = (self.fresh(), self.wait().as_millis());
         let command = format!("{kind} {name} {lease} {wait}");
         let lock = format!("{kind}:{name}");
-        if let Some(held) = self.acquire(&lock, &owner, (false, 1), &command).await {
-            let d = self.hold_time();
-            self.hold(&[&held], d).await;
-            self.release(held).await;
-        }
+        self.cycle(&lock, &owner, (false, 1), &command).await;
     }
 
     /// As the Redlock tasks: a fixed lease of 1 s or a watchdog.
@@ -319,11 +348,7 @@ impl Process {
         let (owner, wait) = (self.fresh(), self.wait().as_millis());
         let command = format!("redlock {name} {lease} {wait}");
         let lock = format!("redlock:{name}");
-        if let Some(held) = self.acquire(&lock, &owner, (false, 1), &command).await {
-            let d = self.hold_time();
-            self.hold(&[&held], d).await;
-            self.release(held).await;
-        }
+        self.cycle(&lock, &owner, (false, 1), &command).await;
     }
 
     async fn reentrant(&mut self, fair: bool) {
@@ -362,11 +387,7 @@ impl Process {
         let side = if read { "read" } else { "write" };
         let command = format!("{side} {name} {lease} {wait} {owner}");
         let lock = format!("rw:{name}");
-        if let Some(held) = self.acquire(&lock, &owner, (read, 1), &command).await {
-            let d = self.hold_time();
-            self.hold(&[&held], d).await;
-            self.release(held).await;
-        }
+        self.cycle(&lock, &owner, (read, 1), &command).await;
     }
 
     async fn semaphore(&mut self) {
@@ -379,11 +400,7 @@ impl Process {
         };
         let command = format!("semaphore {name} {lease} {wait} {n}");
         let lock = format!("sem:{name}");
-        if let Some(held) = self.acquire(&lock, &owner, (false, n), &command).await {
-            let d = self.hold_time();
-            self.hold(&[&held], d).await;
-            self.release(held).await;
-        }
+        self.cycle(&lock, &owner, (false, n), &command).await;
     }
 
     async fn stock(&mut self) {

@@ -58,7 +58,7 @@ pub(crate) async fn redlock(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
-    workers.extend(processes::spawn(&env, Workload::Redlock));
+    workers.extend(processes::spawn(&env, Workload::Redlock).await);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found
@@ -94,8 +94,9 @@ pub(crate) async fn sentinel_synced(env: Arc<Env>) -> Vec<Violation> {
     let clients = clients(&env).await;
     let mut workers = exclusive_workers(&env, &clients, 0, false, Worker::wait);
     workers.extend(stock_workers(&env, &clients, crate::env::WORKERS));
-    workers.extend(processes::spawn(&env, Workload::Exclusive { fair: false }));
-    workers.extend(processes::spawn(&env, Workload::Stock));
+    workers.extend(processes::spawn(&env, Workload::Exclusive { fair: false }).await);
+    let second = processes::spawn_from(&env, Workload::Stock, 100).await;
+    workers.extend(second);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found.extend(unconfirmed(&env));

@@ -10,12 +10,12 @@
 //! (`appendonly yes`, `appendfsync always`): a restart brings back every
 //! write that was answered, so a double grant after one is a real bug.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{AnyBackend, RedisBackend, RedisConfig};
 use lock_core::lock::Redlock;
-use lock_tests::cluster::{Failover, RedisCluster};
+use lock_tests::cluster::{Failover, RedisCluster, info};
 use lock_tests::fault_proxy::FaultProxy;
 use lock_tests::sentinel::{MASTER_NAME, SentinelSet};
 use lock_tests::{RedisServer, ServerOptions};
@@ -92,6 +92,26 @@ pub(crate) enum World {
     Sentinel(SentinelSet),
 }
 
+/// A server to pause and resume, held as long as it is paused (a server
+/// that may be killed and restarted is behind a mutex).
+pub(crate) enum Paused<'a> {
+    /// One the nemesis also kills.
+    Locked(MutexGuard<'a, RedisServer>),
+    /// One it does not.
+    Server(&'a RedisServer),
+}
+
+impl std::ops::Deref for Paused<'_> {
+    type Target = RedisServer;
+
+    fn deref(&self) -> &RedisServer {
+        match self {
+            Paused::Locked(server) => server,
+            Paused::Server(server) => server,
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -134,25 +154,15 @@ impl World {
         }
     }
 
-    /// Pauses (SIGSTOP) pausable server `i`.
-    pub(crate) fn pause(&self, i: usize) {
+    /// Pausable server `i` (the replica, for [`World::Replicated`]; the
+    /// data server that is not the master now, for [`World::Sentinel`]).
+    pub(crate) fn pausable_server(&self, i: usize) -> Paused<'_> {
         match self {
-            World::One(server) => lock(server).pause(),
-            World::Replicated { replica, .. } => replica.pause(),
-            World::Redlock(servers) => lock(&servers[i]).pause(),
-            World::Cluster(cluster) => cluster.nodes()[i].pause(),
-            World::Sentinel(set) => set.replica().pause(),
-        }
-    }
-
-    /// Resumes (SIGCONT) pausable server `i`.
-    pub(crate) fn resume(&self, i: usize) {
-        match self {
-            World::One(server) => lock(server).resume(),
-            World::Replicated { replica, .. } => replica.resume(),
-            World::Redlock(servers) => lock(&servers[i]).resume(),
-            World::Cluster(cluster) => cluster.nodes()[i].resume(),
-            World::Sentinel(set) => set.replica().resume(),
+            World::One(server) => Paused::Locked(lock(server)),
+            World::Replicated { replica, .. } => Paused::Server(replica),
+            World::Redlock(servers) => Paused::Locked(lock(&servers[i])),
+            World::Cluster(cluster) => Paused::Server(&cluster.nodes()[i]),
+            World::Sentinel(set) => Paused::Server(set.replica()),
         }
     }
 
@@ -190,19 +200,21 @@ impl World {
     /// Makes the replica of a random master take over (blocking until the
     /// cluster agrees): gracefully; by `FORCE` when `force` (without the
     /// old master's agreement: writes it had not passed on are lost); or by
-    /// `TAKEOVER` on a lagging replica, paused while its master took
-    /// writes and promoted the moment it runs again, before it caught up
-    /// (without any vote: what it had not received is lost, so only
-    /// writes that waited for it survive; so only when `force` or `synced`).
-    /// A master in `avoid` is not
-    /// chosen: the other masters vote for no second replacement of a
-    /// master within twice the node timeout. The master replaced and how
-    /// (the fault's name), or `None` when every master was to be avoided.
+    /// `TAKEOVER` of a lagging replica, only when `force` or `synced`: the
+    /// replica is stopped and its master drops their link, the master
+    /// takes writes for a while, then the replica runs again and takes
+    /// over at once, before its link is back (without any vote: what it had
+    /// not received is lost, so only writes that waited for it survive).
+    /// `takeover` asks for a takeover where one is allowed. A master in
+    /// `avoid` is not chosen: the other masters vote for no second
+    /// replacement of a master within twice the node timeout. The master
+    /// replaced and how (the fault's name), or `None` when every master was
+    /// to be avoided.
     pub(crate) fn failover(
         &self,
         rng: &mut StdRng,
-        force: bool,
-        synced: bool,
+        (force, synced): (bool, bool),
+        takeover: bool,
         avoid: &[usize],
     ) -> Option<(usize, &'static str)> {
         let World::Cluster(cluster) = self else {
@@ -219,23 +231,33 @@ impl World {
         let master = masters[rng.random_range(0..masters.len())];
         let replica = cluster.replica_of(master);
         let asked = match rng.random_range(0..3) {
+            _ if takeover && (force || synced) => Failover::Takeover,
             0 if force || synced => Failover::Takeover,
             1 if force => Failover::Force,
             _ => Failover::Graceful,
         };
+        let mut lagging = false;
         if asked == Failover::Takeover {
+            let offset = || {
+                info(
+                    &cluster.nodes()[master],
+                    "replication",
+                    "master_repl_offset",
+                )
+            };
+            cluster.cut_replica(replica);
+            let before = offset();
             // Well inside the node timeout: a lag, not a failure.
-            let node = &cluster.nodes()[replica];
-            node.pause();
-            std::thread::sleep(Duration::from_millis(rng.random_range(100..600)));
-            node.resume();
+            std::thread::sleep(Duration::from_millis(rng.random_range(200..700)));
+            lagging = offset() != before;
+            cluster.reconnect_replica(replica);
         }
         // A graceful handover that cannot complete (the replica's link
         // was just disturbed) is forced: reported as such.
         let name = match cluster.failover_eventually(replica, asked) {
             Failover::Graceful => "failover",
             Failover::Force => "failover-force",
-            Failover::Takeover if asked == Failover::Takeover => "takeover-lagging",
+            Failover::Takeover if lagging => "takeover-lagging",
             Failover::Takeover => "failover-takeover",
         };
         Some((master, name))

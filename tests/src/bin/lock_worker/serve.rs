@@ -4,7 +4,9 @@
 //! clock of this process's.
 //!
 //! ```text
-//! lock <h> <kind> <name> <lease> <wait-ms> [<arg>]   got <fence|-> <valid-us> | busy | err ..
+//! (at the start)                                     ready
+//! lock <h> <kind> <name> <lease> <wait-ms> [<arg>]   got <fence|-> <valid-us> <lost|->
+//!                                                    | busy | err ..
 //! valid <h>                                          valid <us>
 //! release <h>                                        released <true|false> | err ..
 //! drop <h>                                           dropped
@@ -20,7 +22,9 @@
 //! `fair` (fencing on), `reentrant` or `fair-reentrant` (fencing on;
 //! `<arg>`: the owner id), `semaphore` (`<arg>`: permits taken of
 //! [`PERMITS`]), `read` or `write` (`<arg>`: the owner id); `<lease>` is
-//! `f<ms>` (fixed) or `w<ms>` (a watchdog). An error answers `err
+//! `f<ms>` (fixed) or `w<ms>` (a watchdog); `<lost>` says why the guard
+//! was provably lost before it was returned (as
+//! [`Recorded::lost_before_return`] proves it), the rest of the line. An error answers `err
 //! <backend:0|1> <why it is untyped, or -> <Debug of the error>`.
 
 use std::collections::HashMap;
@@ -34,11 +38,11 @@ use lock_core::lock::{
     Semaphore,
 };
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-use lock_tests::history::classify;
+use lock_tests::history::{Recorded, classify};
 use lock_tests::sentinel::MASTER_NAME;
 use redis::cluster::ClusterClientBuilder;
 
-use crate::Error;
+use crate::{Error, next_line};
 
 /// The permits of every semaphore served.
 pub(crate) const PERMITS: u32 = 3;
@@ -96,29 +100,27 @@ async fn connect(url: &str) -> Result<RedisBackend, Error> {
 /// Serves commands until the end of input: locks on `locks`, stock and
 /// rate limits on `redis` (refused without one).
 async fn run<B: LockBackend>(locks: B, redis: Option<AnyBackend>) -> Result<(), Error> {
-    let backend = locks;
+    // Timed, to tell whether a guard was lost before it was returned.
+    let backend = Recorded::new(locks);
     let stock = redis.clone().map(Stock::new);
-    let mut held: HashMap<String, LockGuard<B>> = HashMap::new();
-    loop {
-        let read = tokio::task::spawn_blocking(|| {
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).map(|n| (n, line))
-        });
-        let (n, line) = read.await??;
-        if n == 0 {
-            return Ok(());
-        }
+    let mut held: HashMap<String, LockGuard<Recorded<B>>> = HashMap::new();
+    println!("ready");
+    while let Some(line) = next_line().await? {
         let words: Vec<&str> = line.split_whitespace().collect();
         let answer = match words.as_slice() {
             ["lock", h, kind, name, lease, wait, rest @ ..] => {
                 let wait = Duration::from_millis(wait.parse()?);
                 let options = options(lease)?;
+                let lease = options.get_lease().duration();
                 match acquire(&backend, kind, name, options, wait, rest.first()).await? {
                     Ok(Some(guard)) => {
                         let fence = guard
                             .fencing_token()
                             .map_or("-".to_owned(), |f| f.to_string());
-                        let answer = format!("got {fence} {}", guard.valid_for().as_micros());
+                        let lost = backend.lost_before_return(&[(guard.token(), lease)]);
+                        let why = lost.map_or("-".to_owned(), |(_, why)| why);
+                        let valid = guard.valid_for().as_micros();
+                        let answer = format!("got {fence} {valid} {why}");
                         held.insert((*h).to_owned(), guard);
                         answer
                     }
@@ -173,6 +175,7 @@ async fn run<B: LockBackend>(locks: B, redis: Option<AnyBackend>) -> Result<(), 
         // A line at a time: Rust's standard output flushes at each.
         println!("{answer}");
     }
+    Ok(())
 }
 
 /// `f<ms>`: a fixed lease; `w<ms>`: a watchdog.
