@@ -10,7 +10,7 @@ use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
 use lock_tower::adapter::{LockVerdict, SharedLock};
 use lock_tower::key::KeyExtractor;
-use lock_tower::{ConcurrencyLimitLayer, HeldLock, LockLayer, LockRefusal};
+use lock_tower::{ConcurrencyLimitLayer, HeldLock, LockLayer, Refusal};
 
 use crate::body::HeldBody;
 use crate::convert::{View, to_actix};
@@ -69,10 +69,10 @@ pub struct LockService<S> {
     locker: SharedLock,
 }
 
-/// The middleware's own answer, marked as a lock's refusal.
+/// The middleware's own answer, marked as the layer marks its own.
 fn refusal<B>(request: ServiceRequest, response: HttpResponse) -> ServiceResponse<EitherBody<B>> {
     let mut response = request.into_response(response);
-    response.response_mut().extensions_mut().insert(LockRefusal);
+    response.response_mut().extensions_mut().insert(Refusal);
     response.map_into_right_body()
 }
 

@@ -11,7 +11,7 @@ use futures_util::future::LocalBoxFuture;
 use lock_core::rate::RateBackend;
 use lock_tower::adapter::{RateVerdict, SharedRateLimit};
 use lock_tower::key::KeyExtractor;
-use lock_tower::{LockRefusal, RateLimitLayer};
+use lock_tower::{RateLimitLayer, Refusal};
 
 use crate::convert::{View, insert_header, to_actix};
 
@@ -103,8 +103,9 @@ where
             match limit.decide(view.parts()).await {
                 RateVerdict::Allow(decision) => {
                     let mut response = service.call(request).await?;
-                    // A lock's refusal is about the lock, not the rate.
-                    let refused = response.response().extensions().contains::<LockRefusal>();
+                    // A refusal an inner layer answered (a busy lock) is
+                    // about something else than the rate.
+                    let refused = response.response().extensions().contains::<Refusal>();
                     if let Some(decision) = decision.filter(|_| !refused) {
                         let headers = response.headers_mut();
                         limit.for_each_field(&decision, |name, value| {

@@ -19,7 +19,7 @@ mod response;
 pub use failure::{BREAKER_OPEN, MissingKey, OnBackendFailure};
 pub use lock::{
     ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, HeldLock, LockLayer,
-    LockRefusal,
 };
 pub use metrics::Metrics;
 pub use rate_limit::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer};
+pub use response::Refusal;

@@ -14,7 +14,8 @@ use http::{HeaderValue, Method, StatusCode};
 use lock_core::backend::MemoryBackend;
 use lock_core::lock::{Lock, LockBackend, LockGuard, LockOptions, Owner, ReadWriteLock, Semaphore};
 
-use super::{HeldLock, HoldTimer, LockRefusal, LockVerdict as Verdict};
+use super::{HeldLock, HoldTimer, LockVerdict as Verdict};
+use crate::Refusal;
 use crate::body::Held;
 use crate::failure::{
     Breaker, Failure, Fault, MissingKey, Named, OnBackendFailure, guarded, invalid_key, no_key,
@@ -99,9 +100,9 @@ fn held<BK: LockBackend>(guard: LockGuard<BK>, metrics: &Arc<Metrics>) -> HeldLo
     }
 }
 
-/// The layer's own answer, marked as a lock's refusal.
+/// The layer's own answer, marked as one.
 fn refusal(mut response: http::Response<bytes::Bytes>) -> Verdict {
-    response.extensions_mut().insert(LockRefusal);
+    response.extensions_mut().insert(Refusal);
     Verdict::Respond(response)
 }
 

@@ -32,8 +32,8 @@ pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// that finds its key busy waits, up to [`DEFAULT_LOCK_WAIT`] by default
 /// (then 503 with `Retry-After`), or with a zero [`wait`](Self::wait) is
 /// refused at once (423 Locked, or the [`busy_status`](Self::busy_status)).
-/// The layer's own refusals carry a `LockRefusal` extension, and a
-/// rate-limit layer around it sends no `RateLimit` fields on them.
+/// The layer's own refusals carry the [`Refusal`](crate::Refusal) mark,
+/// and a rate-limit layer around it sends no `RateLimit` fields on them.
 ///
 /// A request whose key is empty, too long or holds a brace is refused with
 /// 400 and the reason, which names the lock (``Bad request: the key of the

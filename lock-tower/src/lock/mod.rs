@@ -18,11 +18,6 @@ pub use self::future::ResponseFuture;
 pub use self::layer::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, LockLayer};
 pub use self::service::LockService;
 
-/// Marks a response a lock layer answered itself (busy, failed closed, no
-/// key), so that layers around it (a rate limit) leave it as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockRefusal;
-
 /// A lock (or permit) taken for a request. Dropping it releases the lock in
 /// the background.
 pub struct HeldLock {

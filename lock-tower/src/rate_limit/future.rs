@@ -10,8 +10,8 @@ use pin_project::pin_project;
 use tower::Service;
 
 use super::RateVerdict as Verdict;
+use crate::Refusal;
 use crate::headers::Fields;
-use crate::lock::LockRefusal;
 
 /// Builds the rate-limit fields of a decision.
 pub(crate) trait MakeFields: Send + Sync {
@@ -142,9 +142,10 @@ where
                 }
                 StateProj::Calling { future, fields } => {
                     let mut response = ready!(future.poll(cx))?;
-                    // A lock layer's refusal is about the lock, not the rate.
+                    // A refusal an inner layer answered (a busy lock) is
+                    // about something else than the rate.
                     if let Some(fields) = fields.take()
-                        && response.extensions().get::<LockRefusal>().is_none()
+                        && !Refusal::marks(response.extensions())
                     {
                         (*fields).insert_into(response.headers_mut());
                     }
