@@ -1,6 +1,6 @@
 //! The fault ("nemesis") suite: random workloads of every primitive from
 //! several tasks over three clients, each client behind a fault proxy, and
-//! (but for the multi-lock) from two `lock-worker` processes besides
+//! from two `lock-worker` processes besides
 //! ([`processes`]), while a nemesis chosen from a seed cuts connections
 //! after a command was forwarded, cuts them at random bytes, delays and
 //! black-holes them, and pauses the server (SIGSTOP), kills and restarts

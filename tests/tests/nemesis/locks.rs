@@ -12,6 +12,7 @@ use lock_core::lock::{
 use lock_tests::history::Violation;
 use lock_tests::history::locks::{self, Exclusion};
 use rand::Rng;
+use rand::rngs::StdRng;
 
 use crate::env::Env;
 use crate::processes::{self, Workload};
@@ -241,26 +242,37 @@ pub(crate) async fn semaphore(env: Arc<Env>) -> Vec<Violation> {
     found
 }
 
+/// The multi-locks' short fixed lease.
+pub(crate) const MULTI_LEASE: Duration = Duration::from_millis(400);
+/// The names multi-locks take sets of.
+pub(crate) const MULTI_NAMES: [&str; 3] = ["m-a", "m-b", "m-c"];
+
+/// Two or three of [`MULTI_NAMES`], at random.
+pub(crate) fn multi_names(rng: &mut StdRng) -> Vec<&'static str> {
+    let names: Vec<&str> = MULTI_NAMES
+        .into_iter()
+        .filter(|_| rng.random_bool(0.7))
+        .collect();
+    if names.len() < 2 {
+        return MULTI_NAMES.to_vec();
+    }
+    names
+}
+
 /// Multi-locks with a short fixed lease over overlapping sets of names,
 /// against single holders of those names that keep them a while.
 pub(crate) async fn multi(env: Arc<Env>) -> Vec<Violation> {
-    const LEASE: Duration = Duration::from_millis(400);
-    const NAMES: [&str; 3] = ["m-a", "m-b", "m-c"];
+    const LEASE: Duration = MULTI_LEASE;
+    const NAMES: [&str; 3] = MULTI_NAMES;
     let clients = clients(&env).await;
-    let workers = spawn(&env, &clients, move |mut w: Worker| async move {
+    let mut workers = spawn(&env, &clients, move |mut w: Worker| async move {
         let options = LockOptions::new().lease(LEASE).fencing(true);
         let single = LockOptions::new()
             .watchdog(Duration::from_millis(1000))
             .fencing(true);
         while !w.env.over() {
             if w.id.is_multiple_of(2) {
-                let mut names: Vec<&str> = NAMES
-                    .into_iter()
-                    .filter(|_| w.rng.random_bool(0.7))
-                    .collect();
-                if names.len() < 2 {
-                    names = NAMES.to_vec();
-                }
+                let names = multi_names(&mut w.rng);
                 let multi =
                     MultiLock::with_options(w.client.clone(), &names, options).expect("multi");
                 let ids: Vec<String> = multi
@@ -299,6 +311,7 @@ pub(crate) async fn multi(env: Arc<Env>) -> Vec<Violation> {
             w.pause().await;
         }
     });
+    workers.extend(processes::spawn(&env, Workload::Multi).await);
     let mut found = env.nemesis(workers).await;
     found.extend(locks::check(&env.history, |_| Exclusion::Exclusive));
     found

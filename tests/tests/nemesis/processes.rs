@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::counter::Purchase;
+use lock_core::counter::{Purchase, Reservation, Settle};
 use lock_core::rate::Algorithm;
 use lock_tests::history::{Call, ErrorSeen, Grant, OpId, Reply, untyped_reason};
 use rand::Rng;
@@ -21,6 +21,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::counters::{ITEMS, limiters};
 use crate::env::Env;
+use crate::locks::{MULTI_LEASE, MULTI_NAMES, multi_names};
 use crate::world::{Topology, World};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
@@ -49,6 +50,9 @@ pub(crate) enum Workload {
     Rate,
     /// Redlock over the scenario's five servers.
     Redlock,
+    /// Multi-locks over overlapping sets of names, and single holders of
+    /// those names.
+    Multi,
 }
 
 /// Starts the processes of `workload`, connected as the scenario's tasks
@@ -105,6 +109,8 @@ struct Process {
     stdin: Option<ChildStdin>,
     stdout: Lines<BufReader<ChildStdout>>,
     calls: u64,
+    /// Reservations held, to settle: (item, order).
+    open: Vec<(&'static str, String)>,
 }
 
 /// A guard the process holds: its op and its handle there.
@@ -132,6 +138,7 @@ impl Process {
             stdin,
             stdout,
             calls: 0,
+            open: Vec::new(),
         }
     }
 
@@ -299,6 +306,7 @@ impl Process {
                 Workload::Stock => self.stock().await,
                 Workload::Rate => self.rate().await,
                 Workload::Redlock => self.redlock().await,
+                Workload::Multi => self.multi().await,
             }
             let d = self.ms(
                 0,
@@ -403,9 +411,35 @@ impl Process {
         self.cycle(&lock, &owner, (false, n), &command).await;
     }
 
+    /// As the tasks: decrements with and without ids, reservations, their
+    /// settling, restocks.
     async fn stock(&mut self) {
         let item = ITEMS[self.rng.random_range(0..ITEMS.len())].0;
         let n = self.rng.random_range(1..=3);
+        match self.rng.random_range(0..100) {
+            0..50 => self.decrement(item, n).await,
+            50..70 => self.reserve(item, n).await,
+            70..85 if !self.open.is_empty() => self.settle().await,
+            85..95 => {
+                let q = self.rng.random_range(1..=8);
+                let op = self
+                    .env
+                    .history
+                    .invoke(self.id, Call::Restock(item.into(), q));
+                let words = self.ask(&format!("restock {item} {q}")).await;
+                match (words[0].as_str(), words.get(1)) {
+                    ("restocked", Some(now)) => {
+                        let reply = Reply::Restocked(now.parse().ok());
+                        self.env.history.ok(op, reply);
+                    }
+                    _ => self.error(op, &words),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn decrement(&mut self, item: &str, n: u64) {
         let id = self.rng.random_bool(0.5).then(|| self.fresh());
         let call = Call::Decrement(item.into(), n, id.clone());
         let op = self.env.history.invoke(self.id, call);
@@ -424,6 +458,148 @@ impl Process {
             _ => return self.error(op, &words),
         };
         self.env.history.ok(op, Reply::Purchase(purchase));
+    }
+
+    async fn reserve(&mut self, item: &'static str, n: u64) {
+        let (order, hold) = (self.fresh(), self.ms(300, 1500));
+        let call = Call::Reserve(item.into(), n, order.clone());
+        let op = self.env.history.invoke(self.id, call);
+        let command = format!("reserve {item} {n} {order} {}", hold.as_millis());
+        let words = self.ask(&command).await;
+        let number = |i: usize| -> u64 { words[i].parse().expect("a number") };
+        let us = |i: usize| Duration::from_micros(number(i));
+        let reservation = match words[0].as_str() {
+            "held" => Reservation::Held {
+                remaining: number(1),
+                expires_in: us(2),
+            },
+            "already" => Reservation::AlreadyHeld {
+                quantity: number(1),
+                expires_in: us(2),
+            },
+            "confirmed" => Reservation::AlreadyConfirmed,
+            "soldout" => Reservation::SoldOut {
+                available: number(1),
+            },
+            "unknown" => Reservation::UnknownItem,
+            _ => return self.error(op, &words),
+        };
+        if matches!(reservation, Reservation::Held { .. }) {
+            self.open.push((item, order));
+        }
+        self.env.history.ok(op, Reply::Reservation(reservation));
+    }
+
+    /// Confirms or cancels a reservation this process holds.
+    async fn settle(&mut self) {
+        let (item, order) = self
+            .open
+            .swap_remove(self.rng.random_range(0..self.open.len()));
+        let confirm = self.rng.random_bool(0.6);
+        let call = if confirm {
+            Call::Confirm(item.into(), order.clone())
+        } else {
+            Call::Cancel(item.into(), order.clone())
+        };
+        let op = self.env.history.invoke(self.id, call);
+        let verb = if confirm { "confirm" } else { "cancel" };
+        let words = self.ask(&format!("{verb} {item} {order}")).await;
+        let settle = match (words[0].as_str(), words.get(1).map(String::as_str)) {
+            ("settled", Some("confirmed")) => Settle::Confirmed,
+            ("settled", Some("cancelled")) => Settle::Cancelled {
+                available: words[2].parse().expect("a number"),
+            },
+            ("settled", Some("already")) => Settle::AlreadyConfirmed,
+            ("settled", Some("notheld")) => Settle::NotHeld,
+            _ => return self.error(op, &words),
+        };
+        self.env.history.ok(op, Reply::Settle(settle));
+    }
+
+    /// As the multi-lock tasks: half the time a multi-lock over two or
+    /// three of the names (a short fixed lease), else one name held a while
+    /// under a watchdog.
+    async fn multi(&mut self) {
+        if self.rng.random_bool(0.5) {
+            let name = MULTI_NAMES[self.rng.random_range(0..MULTI_NAMES.len())];
+            let (owner, wait) = (self.fresh(), self.wait().as_millis());
+            let command = format!("plain {name} w1000 {wait}");
+            if let Some(held) = self
+                .acquire(&format!("plain:{name}"), &owner, (false, 1), &command)
+                .await
+            {
+                let d = self.ms(200, 900);
+                self.hold(&[&held], d).await;
+                self.release(held).await;
+            }
+            return;
+        }
+        let names = multi_names(&mut self.rng);
+        let ops: Vec<(&str, OpId)> = names
+            .iter()
+            .map(|name| {
+                let call = Call::Acquire {
+                    lock: format!("plain:{name}"),
+                    owner: self.fresh(),
+                    shared: false,
+                    permits: 1,
+                };
+                (*name, self.env.history.invoke(self.id, call))
+            })
+            .collect();
+        let (handle, wait) = (self.fresh(), self.ms(0, 2000).as_millis());
+        let lease = MULTI_LEASE.as_millis();
+        let sent = Instant::now();
+        let command = format!("multi {handle} {} {lease} {wait}", names.join(","));
+        let words = self.ask(&command).await;
+        if words[0] != "got" {
+            for &(_, op) in &ops {
+                match words[0].as_str() {
+                    "busy" => self.env.history.ok(op, Reply::Busy),
+                    _ => self.error(op, &words),
+                }
+            }
+            return;
+        }
+        // The guards come back in the multi-lock's own order.
+        let split = |i: usize| -> Vec<String> { words[i].split(',').map(str::to_owned).collect() };
+        let (returned, fences, valid) = (split(1), split(2), split(3));
+        let lost_at: Option<usize> = words[4].parse().ok();
+        let why = words[5..].join(" ");
+        let mut held = Vec::new();
+        for (i, name) in returned.iter().enumerate() {
+            let (_, op) = *ops
+                .iter()
+                .find(|(n, _)| n == name)
+                .expect("a name asked for");
+            let micros: u64 = valid[i].parse().expect("valid-us");
+            let grant = Grant {
+                fence: fences[i].parse().ok(),
+                valid_until: sent + Duration::from_micros(micros),
+                returned_lost: (lost_at == Some(i)).then(|| why.clone()),
+            };
+            self.env.history.ok(op, Reply::Granted(grant));
+            held.push(op);
+        }
+        let end = Instant::now() + self.ms(0, 200);
+        while Instant::now() < end {
+            let sent = Instant::now();
+            let words = self.ask(&format!("mvalid {handle}")).await;
+            for (op, left) in held.iter().zip(words[1].split(',')) {
+                let left: u64 = left.parse().expect("valid-us");
+                if left > 0 {
+                    let until = sent + Duration::from_micros(left);
+                    self.env.history.valid_until(*op, until);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let op = self.env.history.invoke(self.id, Call::Release(held));
+        let words = self.ask(&format!("mrelease {handle}")).await;
+        match (words[0].as_str(), words.get(1).map(String::as_str)) {
+            ("released", Some(was)) => self.env.history.ok(op, Reply::Released(was == "true")),
+            _ => self.error(op, &words),
+        }
     }
 
     async fn rate(&mut self) {

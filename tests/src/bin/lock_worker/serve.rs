@@ -10,8 +10,17 @@
 //! valid <h>                                          valid <us>
 //! release <h>                                        released <true|false> | err ..
 //! drop <h>                                           dropped
+//! multi <h> <name>,.. <lease-ms> <wait-ms>           got <names> <fences> <valid-us> <at|-> <lost|->
+//!                                                    | busy | err ..   (lists: `,`-joined)
+//! mvalid <h>                                         valid <us>,..
+//! mrelease <h>                                       released <true|false> | err ..
 //! decrement <item> <n> <op-id|->                     done <remaining> <replayed> | soldout <n>
 //!                                                    | unknown | err ..
+//! reserve <item> <n> <order> <hold-ms>               held <remaining> <us> | already <n> <us>
+//!                                                    | confirmed | soldout <n> | unknown | err ..
+//! confirm|cancel <item> <order>                      settled confirmed | settled cancelled <n>
+//!                                                    | settled already | settled notheld | err ..
+//! restock <item> <quantity>                          restocked <n|-> | err ..
 //! rate <name> <fw|sw|gcra> <limit>:<ms>[,..] <cost>   decision <allowed> <granted> | err ..
 //! ```
 //!
@@ -32,10 +41,10 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use lock_core::backend::{AnyBackend, RedisBackend, RedisConfig};
-use lock_core::counter::{Purchase, Stock};
+use lock_core::counter::{Purchase, Reservation, Settle, Stock};
 use lock_core::lock::{
-    Lock, LockBackend, LockGuard, LockOptions, Owner, ReadWriteLock, Redlock, ReentrantLock,
-    Semaphore,
+    Lock, LockBackend, LockGuard, LockOptions, MultiGuard, MultiLock, Owner, ReadWriteLock,
+    Redlock, ReentrantLock, Semaphore,
 };
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::history::{Recorded, classify};
@@ -104,6 +113,7 @@ async fn run<B: LockBackend>(locks: B, redis: Option<AnyBackend>) -> Result<(), 
     let backend = Recorded::new(locks);
     let stock = redis.clone().map(Stock::new);
     let mut held: HashMap<String, LockGuard<Recorded<B>>> = HashMap::new();
+    let mut multis: HashMap<String, MultiGuard<Recorded<B>>> = HashMap::new();
     println!("ready");
     while let Some(line) = next_line().await? {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -143,24 +153,55 @@ async fn run<B: LockBackend>(locks: B, redis: Option<AnyBackend>) -> Result<(), 
                 drop(held.remove(*h).ok_or("no such guard")?);
                 "dropped".to_owned()
             }
-            ["decrement", item, n, op] => {
-                let stock = stock.as_ref().ok_or("no stock here")?;
-                let n = n.parse()?;
-                let result = match *op {
-                    "-" => stock.decrement(item, n).await,
-                    op => stock.decrement_once(item, n, op).await,
-                };
-                match result {
-                    Ok(Purchase::Done {
-                        remaining,
-                        replayed,
-                    }) => format!("done {remaining} {replayed}"),
-                    Ok(Purchase::SoldOut { available }) => format!("soldout {available}"),
-                    Ok(Purchase::UnknownItem) => "unknown".to_owned(),
-                    Ok(other) => format!("err 0 unlisted-reply {other:?}"),
+            ["multi", h, names, lease, wait] => {
+                let names: Vec<&str> = names.split(',').collect();
+                let lease = Duration::from_millis(lease.parse()?);
+                let options = LockOptions::new().lease(lease).fencing(true);
+                let multi = MultiLock::with_options(backend.clone(), &names, options)?;
+                match multi.lock(Duration::from_millis(wait.parse()?)).await {
+                    Ok(Some(guard)) => {
+                        let guards = guard.guards();
+                        let tokens: Vec<(&str, Duration)> =
+                            guards.iter().map(|g| (g.token(), lease)).collect();
+                        let (at, why) = backend
+                            .lost_before_return(&tokens)
+                            .map_or(("-".to_owned(), "-".to_owned()), |(at, why)| {
+                                (at.to_string(), why)
+                            });
+                        let list = |f: &dyn Fn(&LockGuard<Recorded<B>>) -> String| {
+                            guards.iter().map(f).collect::<Vec<_>>().join(",")
+                        };
+                        let names = list(&|g| g.name().as_str().to_owned());
+                        let fences =
+                            list(&|g| g.fencing_token().map_or("-".into(), |f| f.to_string()));
+                        let valid = list(&|g| g.valid_for().as_micros().to_string());
+                        multis.insert((*h).to_owned(), guard);
+                        format!("got {names} {fences} {valid} {at} {why}")
+                    }
+                    Ok(None) => "busy".to_owned(),
                     Err(e) => error(&e),
                 }
             }
+            ["mvalid", h] => {
+                let guard = multis.get(*h).ok_or("no such multi-lock")?;
+                let valid: Vec<String> = guard
+                    .guards()
+                    .iter()
+                    .map(|g| g.valid_for().as_micros().to_string())
+                    .collect();
+                format!("valid {}", valid.join(","))
+            }
+            ["mrelease", h] => {
+                let guard = multis.remove(*h).ok_or("no such multi-lock")?;
+                match guard.release().await {
+                    Ok(was_held) => format!("released {was_held}"),
+                    Err(e) => error(&e),
+                }
+            }
+            [
+                "decrement" | "reserve" | "confirm" | "cancel" | "restock",
+                ..,
+            ] => stock_command(stock.as_ref().ok_or("no stock here")?, &words).await?,
             ["rate", name, algorithm, quotas, cost] => {
                 let policy = policy(algorithm, quotas)?;
                 let redis = redis.clone().ok_or("no rate limits here")?;
@@ -176,6 +217,65 @@ async fn run<B: LockBackend>(locks: B, redis: Option<AnyBackend>) -> Result<(), 
         println!("{answer}");
     }
     Ok(())
+}
+
+/// A stock command's answer (see the module docs).
+async fn stock_command(stock: &Stock<AnyBackend>, words: &[&str]) -> Result<String, Error> {
+    let settled = |r: lock_core::Result<Settle>| match r {
+        Ok(Settle::Confirmed) => "settled confirmed".to_owned(),
+        Ok(Settle::Cancelled { available }) => format!("settled cancelled {available}"),
+        Ok(Settle::AlreadyConfirmed) => "settled already".to_owned(),
+        Ok(Settle::NotHeld) => "settled notheld".to_owned(),
+        Ok(other) => format!("err 0 unlisted-reply {other:?}"),
+        Err(e) => error(&e),
+    };
+    Ok(match words {
+        ["decrement", item, n, op] => {
+            let n = n.parse()?;
+            let result = match *op {
+                "-" => stock.decrement(item, n).await,
+                op => stock.decrement_once(item, n, op).await,
+            };
+            match result {
+                Ok(Purchase::Done {
+                    remaining,
+                    replayed,
+                }) => format!("done {remaining} {replayed}"),
+                Ok(Purchase::SoldOut { available }) => format!("soldout {available}"),
+                Ok(Purchase::UnknownItem) => "unknown".to_owned(),
+                Ok(other) => format!("err 0 unlisted-reply {other:?}"),
+                Err(e) => error(&e),
+            }
+        }
+        ["reserve", item, n, order, hold] => {
+            let hold = Duration::from_millis(hold.parse()?);
+            match stock.reserve(item, n.parse()?, order, hold).await {
+                Ok(Reservation::Held {
+                    remaining,
+                    expires_in,
+                }) => format!("held {remaining} {}", expires_in.as_micros()),
+                Ok(Reservation::AlreadyHeld {
+                    quantity,
+                    expires_in,
+                }) => format!("already {quantity} {}", expires_in.as_micros()),
+                Ok(Reservation::AlreadyConfirmed) => "confirmed".to_owned(),
+                Ok(Reservation::SoldOut { available }) => format!("soldout {available}"),
+                Ok(Reservation::UnknownItem) => "unknown".to_owned(),
+                Ok(other) => format!("err 0 unlisted-reply {other:?}"),
+                Err(e) => error(&e),
+            }
+        }
+        ["confirm", item, order] => settled(stock.confirm(item, order).await),
+        ["cancel", item, order] => settled(stock.cancel(item, order).await),
+        ["restock", item, quantity] => match stock.restock(item, quantity.parse()?).await {
+            Ok(now) => format!(
+                "restocked {}",
+                now.map_or("-".to_owned(), |n| n.to_string())
+            ),
+            Err(e) => error(&e),
+        },
+        _ => return Err(format!("unknown stock command {words:?}").into()),
+    })
 }
 
 /// `f<ms>`: a fixed lease; `w<ms>`: a watchdog.
