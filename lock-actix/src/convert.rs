@@ -6,7 +6,8 @@ use actix_web::HttpResponse;
 use actix_web::http::StatusCode as ActixStatus;
 use actix_web::http::header::{HeaderName as ActixName, HeaderValue as ActixValue};
 use bytes::Bytes;
-use lock_tower::key::{HeadersRead, RequestParts, RouteParams};
+use lock_tower::adapter::RouteParams;
+use lock_tower::key::{HeadersRead, RequestParts};
 
 /// The parts of an actix request, in the `http` 1 types the key extractors
 /// read (actix-web 4 uses `http` 0.2).

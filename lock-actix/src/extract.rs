@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
 use lock_core::rate::Decision;
 use lock_tower::HeldLock;
-use lock_tower::adapter::{HandlerDecision, LockVerdict, RouteLock, RouteRateLimit};
+use lock_tower::adapter::{HandlerDecision, HandlerLock, RouteLock, RouteRateLimit};
 
 use crate::Rejection;
 use crate::convert::{View, insert_header};
@@ -23,41 +23,38 @@ fn not_configured(what: &str) -> Rejection {
 }
 
 /// Holds the lock of this request's key (see [`RouteLock`]) for the
-/// handler's lifetime. Dropping it releases the lock in the background; a
-/// handler that wants the key free before its response leaves calls
+/// handler's lifetime; what it holds, a [`HandlerLock`], is shared with
+/// lock-axum's, and its methods ([`held`](HandlerLock::held),
+/// [`fencing_token`](HandlerLock::fencing_token)) are reached through
+/// `Deref`. Dropping it releases the lock in the background; a handler
+/// that wants the key free before its response leaves calls
 /// [`release`](Self::release). Path parameters are known here, so
 /// [`PathParam`](lock_tower::key::PathParam) keys work whatever the app's
 /// middleware.
 #[derive(Debug)]
 pub struct Locked<M = ()> {
-    held: Option<HeldLock>,
+    lock: HandlerLock,
     _config: PhantomData<fn() -> M>,
 }
 
+impl<M> std::ops::Deref for Locked<M> {
+    type Target = HandlerLock;
+
+    fn deref(&self) -> &HandlerLock {
+        &self.lock
+    }
+}
+
 impl<M> Locked<M> {
-    /// The lock held; `None` when the request went ahead without one (the
-    /// backend failed and the policy let it through, or it had no key and
-    /// [`MissingKey::PassThrough`](lock_tower::MissingKey::PassThrough)).
-    pub fn held(&self) -> Option<&HeldLock> {
-        self.held.as_ref()
-    }
-
-    /// The lock's fencing token, when its options ask for fencing (see
-    /// [`HeldLock::fencing_token`]).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.as_ref().and_then(HeldLock::fencing_token)
-    }
-
-    /// Releases the lock now.
+    /// Releases the lock now (see [`HandlerLock::release`]).
     pub async fn release(self) {
-        if let Some(held) = self.held {
-            held.release().await;
-        }
+        self.lock.release().await;
     }
 
-    /// The held lock, to keep past the handler.
+    /// The held lock, to keep past the handler (see
+    /// [`HandlerLock::into_inner`]).
     pub fn into_inner(self) -> Option<HeldLock> {
-        self.held
+        self.lock.into_inner()
     }
 }
 
@@ -71,14 +68,11 @@ impl<M: 'static> FromRequest for Locked<M> {
         };
         let view = View::of(request, locker.lock().headers_read());
         Box::pin(async move {
-            match locker.lock().acquire(view.parts()).await {
-                LockVerdict::Proceed(held) => Ok(Locked {
-                    held,
-                    _config: PhantomData,
-                }),
-                LockVerdict::Respond(response) => Err(Rejection(response)),
-                _ => Err(not_configured("this lock verdict")),
-            }
+            let lock = locker.lock().acquire_for_handler(view.parts()).await;
+            Ok(Locked {
+                lock: lock.map_err(Rejection)?,
+                _config: PhantomData,
+            })
         })
     }
 }

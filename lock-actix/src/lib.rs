@@ -63,7 +63,7 @@ pub use self::extract::{Locked, RateDecision, RateLimited};
 pub use self::lock_middleware::{LockMiddleware, LockService};
 pub use self::rate_limit::{RateLimitMiddleware, RateLimitService};
 pub use self::rejection::Rejection;
-pub use lock_tower::adapter::{RouteLock, RouteRateLimit};
+pub use lock_tower::adapter::{HandlerLock, RouteLock, RouteRateLimit};
 
 /// The names most applications use, in one `use lock_actix::prelude::*`.
 pub mod prelude {

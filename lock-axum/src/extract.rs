@@ -10,9 +10,11 @@ use http::request::Parts;
 use lock_core::rate::Decision;
 use lock_tower::HeldLock;
 use lock_tower::adapter::{
-    HandlerDecision, LockVerdict, RouteLock, RouteRateLimit, SharedRateLimit,
+    HandlerDecision, HandlerLock, RouteLock, RouteRateLimit, SharedRateLimit,
 };
 use lock_tower::key::RequestParts;
+
+use crate::request_info::record;
 
 /// A rejection: the response the layers would have answered with.
 #[derive(Debug)]
@@ -32,39 +34,38 @@ impl IntoResponse for Rejection {
 }
 
 /// Holds the lock of this request's key (see [`RouteLock`]) for the
-/// handler's lifetime. Dropping it (the handler returns, or the client goes
-/// away) releases the lock in the background; a handler that wants the key
-/// free before its response leaves calls [`release`](Self::release).
+/// handler's lifetime; what it holds, a [`HandlerLock`], is shared with
+/// lock-actix's, and its methods ([`held`](HandlerLock::held),
+/// [`fencing_token`](HandlerLock::fencing_token)) are reached through
+/// `Deref`. Dropping it (the handler returns, or the client goes away)
+/// releases the lock in the background; a handler that wants the key free
+/// before its response leaves calls [`release`](Self::release). It records
+/// the route and the client's address for the key itself, so it needs no
+/// [`RequestInfoLayer`](crate::RequestInfoLayer).
 #[derive(Debug)]
 pub struct Locked<M = ()> {
-    held: Option<HeldLock>,
+    lock: HandlerLock,
     _config: PhantomData<fn() -> M>,
 }
 
+impl<M> std::ops::Deref for Locked<M> {
+    type Target = HandlerLock;
+
+    fn deref(&self) -> &HandlerLock {
+        &self.lock
+    }
+}
+
 impl<M> Locked<M> {
-    /// The lock held; `None` when the request went ahead without one (the
-    /// backend failed and the policy let it through, or it had no key and
-    /// [`MissingKey::PassThrough`](lock_tower::MissingKey::PassThrough)).
-    pub fn held(&self) -> Option<&HeldLock> {
-        self.held.as_ref()
-    }
-
-    /// The lock's fencing token, when its options ask for fencing (see
-    /// [`HeldLock::fencing_token`]).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.held.as_ref().and_then(HeldLock::fencing_token)
-    }
-
-    /// Releases the lock now.
+    /// Releases the lock now (see [`HandlerLock::release`]).
     pub async fn release(self) {
-        if let Some(held) = self.held {
-            held.release().await;
-        }
+        self.lock.release().await;
     }
 
-    /// The held lock, to keep past the handler.
+    /// The held lock, to keep past the handler (see
+    /// [`HandlerLock::into_inner`]).
     pub fn into_inner(self) -> Option<HeldLock> {
-        self.held
+        self.lock.into_inner()
     }
 }
 
@@ -77,26 +78,21 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let locker = RouteLock::<M>::from_ref(state);
-        match locker.lock().acquire(RequestParts::from_parts(parts)).await {
-            LockVerdict::Proceed(held) => Ok(Locked {
-                held,
-                _config: PhantomData,
-            }),
-            LockVerdict::Respond(response) => Err(Rejection(response)),
-            _ => Err(Rejection(unavailable())),
-        }
+        record(parts);
+        let lock = locker
+            .lock()
+            .acquire_for_handler(RequestParts::from_parts(parts));
+        Ok(Locked {
+            lock: lock.await.map_err(Rejection)?,
+            _config: PhantomData,
+        })
     }
-}
-
-fn unavailable() -> http::Response<Bytes> {
-    let mut response = http::Response::new(Bytes::from_static(b"Service Unavailable\n"));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    response
 }
 
 /// The rate-limit decision, handed to the handler whatever it is: the
 /// handler decides what to do with a refused request. (Backend failures and
-/// missing keys are still answered per the layer's policies.)
+/// missing keys are still answered per the layer's policies.) Like
+/// [`Locked`], it records the route and the client's address itself.
 #[derive(Clone, Debug)]
 pub struct RateDecision<M = ()> {
     decision: HandlerDecision,
@@ -125,10 +121,11 @@ impl<M> RateDecision<M> {
 }
 
 async fn decide(
-    parts: &Parts,
+    parts: &mut Parts,
     limit: SharedRateLimit,
     refuse_limited: bool,
 ) -> Result<HandlerDecision, Rejection> {
+    record(parts);
     limit
         .decide_for_handler(RequestParts::from_parts(parts), refuse_limited)
         .await

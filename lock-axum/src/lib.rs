@@ -8,6 +8,9 @@
 //!   [`rate`], [`counter`], [`Error`];
 //! * the tower layers of lock-tower: [`RateLimitLayer`], [`LockLayer`],
 //!   [`ConcurrencyLimitLayer`], and the key extractors in [`key`];
+//! * [`RequestInfoLayer`], which hands those key extractors what axum
+//!   knows of a request (the client's address, the matched route and its
+//!   path parameters): the router's last `.layer(..)`;
 //! * extractors for handlers that want the primitive themselves:
 //!   [`Locked`] holds a per-route lock for the handler's lifetime,
 //!   [`RateLimited`] refuses over-limit requests with the layer's 429,
@@ -24,13 +27,17 @@
 //! backends, written for lock-core: what they call `lock_core::lock::Lock`
 //! is `lock_axum::lock::Lock` here, every other path the same way.
 //!
-//! # Serve with connect info
+//! # Serve with connect info, and record it
 //!
-//! [`key::PeerIp`] (and [`key::ClientIp`]) read the client's address from
-//! axum's `ConnectInfo`, which axum only records when the app is served
-//! with `into_make_service_with_connect_info::<SocketAddr>()`. Served
-//! without it, every request has no key: the layers answer 500 with the
-//! fix in the body, and log the fix once at `warn`.
+//! [`key::PeerIp`] (and [`key::ClientIp`]) read the client's address, and
+//! [`key::PathParam`] and [`key::MatchedRoute`] the matched route, from
+//! what [`RequestInfoLayer`] records of axum's own records: add it after
+//! the lock and rate-limit layers, as the router's last `.layer(..)`. The
+//! address is only there when the app is served with
+//! `into_make_service_with_connect_info::<SocketAddr>()`. Without either,
+//! such a key finds nothing: the layers answer 500 with the fix in the
+//! body, and log the fix once at `warn`. The extractors ([`Locked`],
+//! [`RateLimited`], [`RateDecision`]) record the same for themselves.
 //!
 //! # Several configurations per router
 //!
@@ -75,6 +82,7 @@
 //! ```
 
 mod extract;
+mod request_info;
 
 pub use lock_core::{BackendError, Error, Result, backend, counter, lock, name, rate};
 pub use lock_tower::{
@@ -84,7 +92,8 @@ pub use lock_tower::{
 };
 
 pub use self::extract::{Locked, RateDecision, RateLimited, Rejection};
-pub use lock_tower::adapter::{RouteLock, RouteRateLimit};
+pub use self::request_info::{RequestInfo, RequestInfoLayer};
+pub use lock_tower::adapter::{HandlerLock, RouteLock, RouteRateLimit};
 
 /// The names most applications use, in one `use lock_axum::prelude::*`.
 pub mod prelude {
@@ -99,6 +108,6 @@ pub mod prelude {
     pub use crate::rate::{Algorithm, Policy, Quota, RateLimiter};
     pub use crate::{
         ConcurrencyLimitLayer, LockLayer, Locked, MissingKey, OnBackendFailure, RateDecision,
-        RateLimitLayer, RateLimited, RouteLock, RouteRateLimit,
+        RateLimitLayer, RateLimited, RequestInfoLayer, RouteLock, RouteRateLimit,
     };
 }

@@ -236,3 +236,101 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
     }
     assert_eq!(statuses, [ok, ok, limited, ok]);
 }
+
+/// The `Locked` and `RateLimited` extractors record the route and the
+/// client's address themselves, on axum (no `RequestInfoLayer` in the app)
+/// as on actix-web: a lock keyed by a path parameter holds per id, and a
+/// rate limit keyed by the peer address counts per client, through
+/// lock-tower's neutral extensions on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extractors_key_by_path_parameter_and_peer_on_both() {
+    use lock_tower::key::PathParam;
+
+    #[derive(Clone)]
+    struct Keyed {
+        lock: lock_axum::RouteLock,
+        limit: lock_axum::RouteRateLimit,
+    }
+    impl FromRef<Keyed> for lock_axum::RouteLock {
+        fn from_ref(state: &Keyed) -> Self {
+            state.lock.clone()
+        }
+    }
+    impl FromRef<Keyed> for lock_axum::RouteRateLimit {
+        fn from_ref(state: &Keyed) -> Self {
+            state.limit.clone()
+        }
+    }
+    let slow = || Duration::from_millis(400);
+    let lock = || {
+        let layer = LockLayer::new(MemoryBackend::new(), PathParam::new("id"));
+        lock_axum::RouteLock::new(layer.wait(Duration::ZERO))
+    };
+    let limit = |scope: &str| {
+        lock_axum::RouteRateLimit::new(RateLimitLayer::new(per_minute(scope, 2), PeerIp::new()))
+    };
+    async fn pay(locked: lock_axum::Locked) -> String {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        format!("held={}", locked.held().is_some())
+    }
+    async fn hello(_ok: lock_axum::RateLimited) -> &'static str {
+        "hello"
+    }
+    let app = Router::new()
+        .route("/orders/{id}/pay", get(pay))
+        .route("/hello", get(hello))
+        .with_state(Keyed {
+            lock: lock(),
+            limit: limit("axum-extract-peer"),
+        });
+    let axum = TestServer::start_as_is(app).await;
+
+    let (actix_lock, actix_limit) = (lock(), limit("actix-extract-peer"));
+    let actix = lock_tests::http::actix(move || {
+        use actix_web::web;
+        actix_web::App::new()
+            .app_data(actix_lock.clone())
+            .app_data(actix_limit.clone())
+            .route(
+                "/orders/{id}/pay",
+                web::get().to(move |locked: lock_actix::Locked| async move {
+                    tokio::time::sleep(slow()).await;
+                    format!("held={}", locked.held().is_some())
+                }),
+            )
+            .route(
+                "/hello",
+                web::get().to(|_ok: lock_actix::RateLimited| async { "hello" }),
+            )
+    });
+
+    let client = TestClient::new();
+    for base in [axum.url(""), format!("http://{actix}")] {
+        let first = {
+            let (client, url) = (client.clone(), format!("{base}/orders/1/pay"));
+            tokio::spawn(async move { client.get(&url, &[]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let same = client.get(&format!("{base}/orders/1/pay"), &[]).await;
+        assert_eq!(same.status, StatusCode::LOCKED, "{base}: {:?}", same.text());
+        let other = client.get(&format!("{base}/orders/2/pay"), &[]).await;
+        assert_eq!(other.status, StatusCode::OK, "{base}: {:?}", other.text());
+        assert_eq!(other.text(), "held=true");
+        let first = first.await.expect("join");
+        assert_eq!(first.status, StatusCode::OK, "{base}: {:?}", first.text());
+
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(client.get(&format!("{base}/hello"), &[]).await.status);
+        }
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS
+            ],
+            "{base}: two a minute per client address"
+        );
+    }
+}

@@ -1,7 +1,38 @@
-//! For framework adapters (lock-axum, lock-actix, yours): type-erased
-//! handles on configured layers, so that one extractor or middleware type
-//! serves any backend and key extractor, and the verdicts they hand back.
-//! Applications use the layers and the adapters' extractors instead.
+//! For framework adapters (lock-axum, lock-actix, yours): what an adapter
+//! records for the key extractors, type-erased handles on configured
+//! layers, and what the extractors hand to handlers. Applications use the
+//! layers and the adapters' extractors instead.
+//!
+//! The seam runs one way: lock-tower knows no framework, and an adapter
+//! knows lock-tower. An adapter
+//!
+//! 1. records what its framework knows in the request's extensions, in
+//!    neutral types (below), before a layer or an extractor asks for a
+//!    key;
+//! 2. builds its extractors on [`RouteLock`] and [`RouteRateLimit`]:
+//!    [`SharedLock::acquire_for_handler`] hands a [`HandlerLock`] (what a
+//!    `Locked` extractor holds) or the response to answer with, and
+//!    [`SharedRateLimit::decide_for_handler`] a [`HandlerDecision`]; the
+//!    framework's extractor type wraps them and adds its glue;
+//! 3. marks a response it answers for a lock layer with
+//!    [`Refusal`](crate::Refusal), as the layers do.
+//!
+//! # What an adapter records
+//!
+//! The key extractors read these extensions, never a framework's own
+//! records, whose types (or whose very existence) are each framework's
+//! business:
+//!
+//! | what | extension | lock-axum records it from | lock-actix records it from |
+//! | --- | --- | --- | --- |
+//! | the TCP peer's address | [`SocketAddr`](std::net::SocketAddr) | `ConnectInfo<SocketAddr>` | `HttpRequest::peer_addr` |
+//! | the matched route and its parameters | [`RouteParams`] | `MatchedPath` and `RawPathParams` | `match_pattern` and `match_info` |
+//!
+//! lock-axum records them in its `RequestInfoLayer` (which an app adds to
+//! its router after the layers, as its last `Router::layer`) and in its
+//! extractors; lock-actix in its middleware and extractors. A service
+//! with no framework (hyper, tonic) inserts them itself, the peer's
+//! `SocketAddr` at least (see the crate's example).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -11,6 +42,11 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 
+mod handler;
+mod request;
+
+pub use self::handler::{HandlerDecision, HandlerLock};
+pub use self::request::RouteParams;
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 pub use crate::lock::LockVerdict;
 use crate::rate_limit::ErasedDecision;
@@ -165,74 +201,6 @@ impl SharedLock {
 impl std::fmt::Debug for SharedLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedLock").finish_non_exhaustive()
-    }
-}
-
-/// A rate-limit decision as the adapters hand it to handlers (whatever it
-/// is: the handler decides what to do with a refused request).
-#[derive(Clone)]
-pub struct HandlerDecision {
-    decision: Option<Decision>,
-    limit: SharedRateLimit,
-}
-
-impl std::fmt::Debug for HandlerDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandlerDecision")
-            .field("decision", &self.decision)
-            .finish()
-    }
-}
-
-impl HandlerDecision {
-    /// The decision; `None` when the backend failed open or the request had
-    /// no key and passes through.
-    pub fn decision(&self) -> Option<&Decision> {
-        self.decision.as_ref()
-    }
-
-    /// Whether the request may go ahead.
-    pub fn allowed(&self) -> bool {
-        self.decision.as_ref().is_none_or(|d| d.allowed)
-    }
-
-    /// Adds the `RateLimit*` (and, when refused, `Retry-After`) fields of the
-    /// decision to `headers`.
-    pub fn apply_headers(&self, headers: &mut HeaderMap) {
-        if let Some(decision) = &self.decision {
-            self.limit.apply_headers(headers, decision);
-        }
-    }
-
-    /// Hands `f` each field [`apply_headers`](Self::apply_headers) would add
-    /// (see [`RateLimitLayer::for_each_field`]).
-    pub fn for_each_field(&self, f: impl FnMut(&HeaderName, HeaderValue)) {
-        if let Some(decision) = &self.decision {
-            self.limit.for_each_field(decision, f);
-        }
-    }
-}
-
-impl SharedRateLimit {
-    /// Decides for a handler: `Ok` with the decision, allowed or not, when
-    /// the handler should see it (`refuse_limited` turns a refusal into the
-    /// layer's 429 instead); `Err` with the response to answer with when no
-    /// decision could be made (backend failed closed, no key).
-    pub async fn decide_for_handler(
-        &self,
-        parts: RequestParts<'_>,
-        refuse_limited: bool,
-    ) -> Result<HandlerDecision, http::Response<bytes::Bytes>> {
-        let decision = match self.decide(parts).await {
-            RateVerdict::Allow(decision) => decision,
-            RateVerdict::Limited { response, .. } if refuse_limited => return Err(response),
-            RateVerdict::Limited { decision, .. } => Some(decision),
-            RateVerdict::Respond(response) => return Err(response),
-        };
-        Ok(HandlerDecision {
-            decision,
-            limit: self.clone(),
-        })
     }
 }
 

@@ -11,8 +11,10 @@
 //! | [`GlobalKey`] | one constant key: a limit shared by every request |
 //! | any `Fn(RequestParts<'_>) -> Option<String>` | whatever it returns |
 //!
-//! The peer address is read from request extensions: a [`SocketAddr`], or
-//! (with the `axum` feature) axum's `ConnectInfo<SocketAddr>`. [`PeerIp`] and
+//! The extractors read what the request says and what an adapter recorded
+//! in its extensions (see [`adapter`](crate::adapter)): the peer's
+//! [`SocketAddr`] and the matched route's
+//! [`RouteParams`](crate::adapter::RouteParams). [`PeerIp`] and
 //! [`ClientIp`] hand a rate limiter the address itself, an IPv6 address as
 //! its network ([`KeyExtractor::with_caller`], a [`Caller`]): the same key
 //! as its text (`192.0.2.7`, `2001:db8:1:2::/64`), not written out.
@@ -29,7 +31,7 @@ use http::{Extensions, HeaderMap, Method, Request, Uri};
 pub use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
 pub use self::ip::{ClientIp, ForwardedHeader, PeerIp};
-pub use self::route::{MatchedRoute, PathParam, RouteParams};
+pub use self::route::{MatchedRoute, PathParam};
 
 /// The parts of a request a key extractor may look at.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +43,9 @@ pub struct RequestParts<'a> {
     pub uri: &'a Uri,
     /// The headers.
     pub headers: &'a HeaderMap,
-    /// The extensions (connection info, matched route, ...).
+    /// The extensions: the peer's `SocketAddr` and the matched route's
+    /// [`RouteParams`](crate::adapter::RouteParams), as an adapter
+    /// recorded them, and whatever else the stack put there.
     pub extensions: &'a Extensions,
 }
 
@@ -81,19 +85,24 @@ impl<'a> RequestParts<'a> {
         }
     }
 
-    /// The TCP peer's address, from a [`SocketAddr`] extension or (with the
-    /// `axum` feature) axum's `ConnectInfo<SocketAddr>`.
+    /// The TCP peer's address: the [`SocketAddr`] in the extensions, which
+    /// an adapter records (lock-axum from axum's `ConnectInfo`, lock-actix
+    /// from actix-web's peer address) or the server puts there itself.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use lock_tower::key::RequestParts;
+    ///
+    /// let mut request = http::Request::get("/").body(()).unwrap();
+    /// assert_eq!(RequestParts::new(&request).peer_addr(), None);
+    /// let peer = SocketAddr::from(([192, 0, 2, 7], 4000));
+    /// request.extensions_mut().insert(peer);
+    /// assert_eq!(RequestParts::new(&request).peer_addr(), Some(peer));
+    /// ```
     // Inline, so that a caller holding the parts reads the extensions
     // straight from them rather than through a fresh copy of all four.
     #[inline]
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        #[cfg(feature = "axum")]
-        if let Some(info) = self
-            .extensions
-            .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        {
-            return Some(info.0);
-        }
         self.extensions.get::<SocketAddr>().copied()
     }
 }
@@ -145,8 +154,9 @@ pub(crate) fn no_peer_address() -> Missing {
     Missing::configuration(
         "no peer address in the request: serve axum with \
          `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())` \
-         (lock-axum reads it; lock-tower alone needs its `axum` feature for that), or put \
-         the peer's `SocketAddr` in the request's extensions",
+         and add `.layer(lock_axum::RequestInfoLayer::new())` after the lock and rate-limit \
+         layers (it hands them the address); with no framework, put the peer's `SocketAddr` \
+         in the request's extensions",
     )
 }
 
