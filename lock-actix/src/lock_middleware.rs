@@ -8,9 +8,13 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forwar
 use actix_web::{HttpRequest, HttpResponse};
 use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
+use lock_tower::adapter::RequestInfo;
 use lock_tower::adapter::{LockVerdict, SharedLock};
 use lock_tower::key::KeyExtractor;
-use lock_tower::{ConcurrencyLimitLayer, HeldLock, LockLayer, Refusal};
+use lock_tower::lock::{ConcurrencyLimitLayerWith, LockLayerWith};
+#[cfg(doc)]
+use lock_tower::{ConcurrencyLimitLayer, LockLayer};
+use lock_tower::{HeldLock, Refusal};
 
 use crate::body::HeldBody;
 use crate::convert::{View, to_actix};
@@ -31,14 +35,18 @@ use crate::convert::{View, to_actix};
 pub struct LockMiddleware(SharedLock);
 
 impl LockMiddleware {
-    /// Locks as `layer` would.
-    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
+    /// Locks as `layer` would. The middleware records what actix-web
+    /// knows of the request in lock-tower's neutral types, so a layer of
+    /// any [`RequestInfo`] will do (lock-tower's, as re-exported here).
+    pub fn new<B: LockBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: LockLayerWith<B, K, R>,
+    ) -> Self {
         LockMiddleware(SharedLock::new(layer))
     }
 
     /// Admits at most N requests per key, as `layer` would.
-    pub fn concurrency<B: LockBackend, K: KeyExtractor>(
-        layer: ConcurrencyLimitLayer<B, K>,
+    pub fn concurrency<B: LockBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: ConcurrencyLimitLayerWith<B, K, R>,
     ) -> Self {
         LockMiddleware(SharedLock::concurrency(layer))
     }

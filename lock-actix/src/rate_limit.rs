@@ -9,9 +9,13 @@ use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forwar
 use actix_web::http::header::{HeaderName as ActixName, HeaderValue as ActixValue};
 use futures_util::future::LocalBoxFuture;
 use lock_core::rate::RateBackend;
+#[cfg(doc)]
+use lock_tower::RateLimitLayer;
+use lock_tower::Refusal;
+use lock_tower::adapter::RequestInfo;
 use lock_tower::adapter::{RateVerdict, SharedRateLimit};
 use lock_tower::key::KeyExtractor;
-use lock_tower::{RateLimitLayer, Refusal};
+use lock_tower::rate_limit::RateLimitLayerWith;
 
 use crate::convert::{View, insert_header, to_actix};
 
@@ -21,8 +25,11 @@ use crate::convert::{View, insert_header, to_actix};
 pub struct RateLimitMiddleware(SharedRateLimit);
 
 impl RateLimitMiddleware {
-    /// Limits as `layer` would.
-    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
+    /// Limits as `layer` would (a layer of any [`RequestInfo`], as for
+    /// [`LockMiddleware::new`](crate::LockMiddleware::new)).
+    pub fn new<B: RateBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: RateLimitLayerWith<B, K, R>,
+    ) -> Self {
         RateLimitMiddleware(SharedRateLimit::new(layer))
     }
 }

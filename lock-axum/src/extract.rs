@@ -40,8 +40,7 @@ impl IntoResponse for Rejection {
 /// `Deref`. Dropping it (the handler returns, or the client goes away)
 /// releases the lock in the background; a handler that wants the key free
 /// before its response leaves calls [`release`](Self::release). It records
-/// the route and the client's address for the key itself, so it needs no
-/// [`RequestInfoLayer`](crate::RequestInfoLayer).
+/// the route and the client's address for the key itself.
 #[derive(Debug)]
 pub struct Locked<M = ()> {
     lock: HandlerLock,

@@ -6,11 +6,11 @@
 //!
 //! * the primitives and backends of lock-core: [`backend`], [`lock`],
 //!   [`rate`], [`counter`], [`Error`];
-//! * the tower layers of lock-tower: [`RateLimitLayer`], [`LockLayer`],
-//!   [`ConcurrencyLimitLayer`], and the key extractors in [`key`];
-//! * [`RequestInfoLayer`], which hands those key extractors what axum
-//!   knows of a request (the client's address, the matched route and its
-//!   path parameters): the router's last `.layer(..)`;
+//! * the tower layers of lock-tower, as axum's: [`RateLimitLayer`],
+//!   [`LockLayer`], [`ConcurrencyLimitLayer`] read what axum knows of a
+//!   request (the client's address, the matched route and its path
+//!   parameters) through [`AxumInfo`], so that they need no other layer;
+//!   and the key extractors in [`key`];
 //! * extractors for handlers that want the primitive themselves:
 //!   [`Locked`] holds a per-route lock for the handler's lifetime,
 //!   [`RateLimited`] refuses over-limit requests with the layer's 429,
@@ -27,17 +27,18 @@
 //! backends, written for lock-core: what they call `lock_core::lock::Lock`
 //! is `lock_axum::lock::Lock` here, every other path the same way.
 //!
-//! # Serve with connect info, and record it
+//! # Serve with connect info
 //!
-//! [`key::PeerIp`] (and [`key::ClientIp`]) read the client's address, and
-//! [`key::PathParam`] and [`key::MatchedRoute`] the matched route, from
-//! what [`RequestInfoLayer`] records of axum's own records: add it after
-//! the lock and rate-limit layers, as the router's last `.layer(..)`. The
-//! address is only there when the app is served with
-//! `into_make_service_with_connect_info::<SocketAddr>()`. Without either,
-//! such a key finds nothing: the layers answer 500 with the fix in the
-//! body, and log the fix once at `warn`. The extractors ([`Locked`],
-//! [`RateLimited`], [`RateDecision`]) record the same for themselves.
+//! [`key::PeerIp`] (and [`key::ClientIp`]) read the client's address from
+//! axum's `ConnectInfo`, and [`key::PathParam`] and [`key::MatchedRoute`]
+//! the route axum matched ([`AxumInfo`] says how). The address is only
+//! there when the app is served with
+//! `into_make_service_with_connect_info::<SocketAddr>()`; the route only
+//! inside routing (`Router::layer`, `Router::route_layer`, a method's
+//! `.layer(..)`). Without them such a key finds nothing: the layers answer
+//! 500 with the fix in the body, and log the fix once at `warn`. The
+//! layers of lock-tower itself (`lock_tower::LockLayer`) read no
+//! framework's records: in an axum app, use these.
 //!
 //! # Several configurations per router
 //!
@@ -86,14 +87,29 @@ mod request_info;
 
 pub use lock_core::{BackendError, Error, Result, backend, counter, lock, name, rate};
 pub use lock_tower::{
-    BREAKER_OPEN, ConcurrencyLimitLayer, DEFAULT_DECISION_TIMEOUT, DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_LOCK_WAIT, HeldLock, LockLayer, Metrics, MissingKey, OnBackendFailure, RateLimitLayer,
-    key,
+    BREAKER_OPEN, DEFAULT_DECISION_TIMEOUT, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, HeldLock,
+    Metrics, MissingKey, OnBackendFailure, key,
 };
 
 pub use self::extract::{Locked, RateDecision, RateLimited, Rejection};
-pub use self::request_info::{RequestInfo, RequestInfoLayer};
+pub use self::request_info::AxumInfo;
 pub use lock_tower::adapter::{HandlerLock, RouteLock, RouteRateLimit};
+
+/// lock-tower's [`LockLayer`](lock_tower::LockLayer), reading what axum
+/// knows of each request ([`AxumInfo`]): a [`PathParam`](key::PathParam)
+/// or [`PeerIp`](key::PeerIp) key needs no other layer. Its docs and
+/// methods are [`LockLayerWith`](lock_tower::lock::LockLayerWith)'s.
+pub type LockLayer<B, K> = lock_tower::lock::LockLayerWith<B, K, AxumInfo>;
+
+/// lock-tower's [`ConcurrencyLimitLayer`](lock_tower::ConcurrencyLimitLayer),
+/// reading what axum knows of each request ([`AxumInfo`]), as
+/// [`LockLayer`] does.
+pub type ConcurrencyLimitLayer<B, K> = lock_tower::lock::ConcurrencyLimitLayerWith<B, K, AxumInfo>;
+
+/// lock-tower's [`RateLimitLayer`](lock_tower::RateLimitLayer), reading
+/// what axum knows of each request ([`AxumInfo`]): a
+/// [`PeerIp`](key::PeerIp) key reads axum's `ConnectInfo` itself.
+pub type RateLimitLayer<B, K> = lock_tower::rate_limit::RateLimitLayerWith<B, K, AxumInfo>;
 
 /// The names most applications use, in one `use lock_axum::prelude::*`.
 pub mod prelude {
@@ -108,6 +124,6 @@ pub mod prelude {
     pub use crate::rate::{Algorithm, Policy, Quota, RateLimiter};
     pub use crate::{
         ConcurrencyLimitLayer, LockLayer, Locked, MissingKey, OnBackendFailure, RateDecision,
-        RateLimitLayer, RateLimited, RequestInfoLayer, RouteLock, RouteRateLimit,
+        RateLimitLayer, RateLimited, RouteLock, RouteRateLimit,
     };
 }

@@ -3,42 +3,39 @@
 //!
 //! lock-tower knows no framework: its extractors read a `SocketAddr` and a
 //! [`RouteParams`] in the request's extensions (see
-//! [`lock_tower::adapter`]). axum keeps its own records (`ConnectInfo`,
-//! `MatchedPath`, and its path parameters in a private extension), so this
-//! layer copies them into those types, as axum's `into_make_service_with_connect_info`
-//! copies the connection's address into each request.
+//! [`lock_tower::adapter`]), or what a layer's [`RequestInfo`] reads.
+//! axum keeps its own records (`ConnectInfo`, `MatchedPath`, and its path
+//! parameters in a private extension): [`AxumInfo`] reads them for
+//! lock-axum's layers, and [`record`] copies them for its extractors.
 
 use std::net::SocketAddr;
-use std::task::{Context, Poll};
 
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, RawPathParams};
 use futures_util::FutureExt;
-use http::Request;
 use http::request::Parts;
-use lock_tower::adapter::RouteParams;
+use http::{Extensions, Request};
+use lock_tower::adapter::{RequestInfo, RouteParams};
 
-/// Records what axum knows of each request for the key extractors of the
-/// layers inside it: the client's address (from `ConnectInfo<SocketAddr>`,
-/// for [`PeerIp`](crate::key::PeerIp) and [`ClientIp`](crate::key::ClientIp))
-/// and the matched route with its path parameters (from `MatchedPath` and
-/// `RawPathParams`, for [`PathParam`](crate::key::PathParam) and
-/// [`MatchedRoute`](crate::key::MatchedRoute)).
+/// What axum knows of a request, as lock-axum's layers read it: the
+/// [`RequestInfo`] behind [`LockLayer`](crate::LockLayer),
+/// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer) and
+/// [`RateLimitLayer`](crate::RateLimitLayer), so that their key extractors
+/// find what axum recorded with no other layer in the app:
 ///
-/// Add it to the router **after** the lock and rate-limit layers, as its
-/// last `.layer(..)`: axum knows the route only once it has routed, so the
-/// layer must be one the router puts on its routes, and the layers run
-/// from the last added inwards, so it must come last to run first. It
-/// covers the layers on methods (`post(pay).layer(lock)`) as well, which
-/// run inside the route. A layer that needs none of these (a header key, a
-/// constant) works without it. [`Locked`](crate::Locked),
-/// [`RateLimited`](crate::RateLimited) and
+/// * the client's address from `ConnectInfo<SocketAddr>` (read in place),
+///   for [`PeerIp`](crate::key::PeerIp) and [`ClientIp`](crate::key::ClientIp):
+///   serve the app with `into_make_service_with_connect_info::<SocketAddr>()`;
+/// * the matched route from `MatchedPath` and its parameters from
+///   `RawPathParams`, decoded as axum's `Path` decodes them, for
+///   [`PathParam`](crate::key::PathParam) and
+///   [`MatchedRoute`](crate::key::MatchedRoute): recorded once per request
+///   as a [`RouteParams`], and only for keys that read the route.
+///
+/// A [`SocketAddr`] or [`RouteParams`] already in the request's extensions
+/// (put there by the server or another layer) is used as it is.
+/// [`Locked`](crate::Locked), [`RateLimited`](crate::RateLimited) and
 /// [`RateDecision`](crate::RateDecision) record the same for themselves.
-///
-/// Without it, or with a lock or rate-limit layer added after it, a key by
-/// address or route finds nothing: the layer answers 500 with the fix in
-/// the body and logs it once at `warn`. The address also needs the app
-/// served with `into_make_service_with_connect_info::<SocketAddr>()`.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -48,7 +45,6 @@ use lock_tower::adapter::RouteParams;
 /// use axum::extract::ConnectInfo;
 /// use axum::routing::post;
 /// use lock_axum::prelude::*;
-/// use lock_axum::RequestInfoLayer;
 /// use tower::ServiceExt;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -64,9 +60,7 @@ use lock_tower::adapter::RouteParams;
 ///         post(|| async { "paid" }).layer(LockLayer::new(backend, PathParam::new("id"))),
 ///     )
 ///     // A rate limit per client address.
-///     .layer(RateLimitLayer::new(limiter, PeerIp::new()))
-///     // Last: runs first, and hands both layers what axum knows.
-///     .layer(RequestInfoLayer::new());
+///     .layer(RateLimitLayer::new(limiter, PeerIp::new()));
 ///
 /// // `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`
 /// // puts the client's address in each request; here, by hand.
@@ -86,59 +80,47 @@ use lock_tower::adapter::RouteParams;
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RequestInfoLayer(());
+pub struct AxumInfo;
 
-impl RequestInfoLayer {
-    /// The layer.
-    pub fn new() -> Self {
-        RequestInfoLayer(())
-    }
-}
-
-impl<S> tower::Layer<S> for RequestInfoLayer {
-    type Service = RequestInfo<S>;
-
-    fn layer(&self, inner: S) -> RequestInfo<S> {
-        RequestInfo { inner }
-    }
-}
-
-/// The service of [`RequestInfoLayer`]: records, then calls the inner
-/// service with the request (its future is the inner service's own).
-#[derive(Debug, Clone)]
-pub struct RequestInfo<S> {
-    inner: S,
-}
-
-impl<S, B> tower::Service<Request<B>> for RequestInfo<S>
-where
-    S: tower::Service<Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+impl RequestInfo for AxumInfo {
+    #[inline]
+    fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
+        match extensions.get::<SocketAddr>() {
+            Some(&peer) => Some(peer),
+            None => extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|&ConnectInfo(peer)| peer),
+        }
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn record_route<B>(request: Request<B>) -> Request<B> {
+        let extensions = request.extensions();
+        if extensions.get::<RouteParams>().is_some() || extensions.get::<MatchedPath>().is_none() {
+            return request;
+        }
         // axum's path parameters are read through its extractor, which
         // takes the request's parts.
         let (mut parts, body) = request.into_parts();
-        record(&mut parts);
-        self.inner.call(Request::from_parts(parts, body))
+        if let Some(route) = route_params(&mut parts) {
+            parts.extensions.insert(route);
+        }
+        Request::from_parts(parts, body)
     }
 }
 
 /// Copies what axum recorded of the request into the neutral types of
-/// [`lock_tower::adapter`]: the client's address, and the matched route
-/// with its parameters when the router has matched one.
+/// [`lock_tower::adapter`], for the extractors: the client's address, and
+/// the matched route with its parameters when the router has matched one
+/// (each unless already there).
 pub(crate) fn record(parts: &mut Parts) {
-    if let Some(&ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+    if parts.extensions.get::<SocketAddr>().is_none()
+        && let Some(&ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>()
+    {
         parts.extensions.insert(peer);
     }
-    if let Some(route) = route_params(parts) {
+    if parts.extensions.get::<RouteParams>().is_none()
+        && let Some(route) = route_params(parts)
+    {
         parts.extensions.insert(route);
     }
 }
@@ -193,30 +175,43 @@ mod tests {
     use axum::extract::ConnectInfo;
     use axum::http::{Extensions, Request};
     use axum::routing::get;
-    use lock_tower::adapter::RouteParams;
+    use http::request::Parts;
+    use lock_tower::adapter::{RequestInfo, RouteParams};
     use tower::ServiceExt;
 
-    use super::{RequestInfoLayer, param_names};
+    use super::{AxumInfo, param_names, record};
 
-    /// What `app` with `RequestInfoLayer` last records for a `GET` of `uri`
-    /// from 192.0.2.7:4000: the handler's view of the request's
-    /// extensions.
+    /// What `app` shows for a `GET` of `uri` from 192.0.2.7:4000.
     async fn recorded(app: Router, uri: &str) -> String {
         let mut request = Request::get(uri).body(Body::empty()).unwrap();
         let peer = SocketAddr::from(([192, 0, 2, 7], 4000));
         request.extensions_mut().insert(ConnectInfo(peer));
-        let response = app
-            .layer(RequestInfoLayer::new())
-            .oneshot(request)
-            .await
-            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
         let body = axum::body::to_bytes(response.into_body(), 1 << 16)
             .await
             .unwrap();
         String::from_utf8(body.to_vec()).unwrap()
     }
 
-    async fn show(extensions: Extensions) -> String {
+    /// The request's parts as [`AxumInfo`] records them for a layer.
+    fn as_a_layer_records(parts: Parts) -> Parts {
+        AxumInfo::record_route(Request::from_parts(parts, ()))
+            .into_parts()
+            .0
+    }
+
+    /// What a layer and an extractor find of the request: the same.
+    async fn show(parts: Parts) -> String {
+        let layer = as_a_layer_records(parts.clone());
+        let layer = describe(AxumInfo::peer_addr(&layer.extensions), &layer.extensions);
+        let mut extractor = parts;
+        record(&mut extractor);
+        let peer = extractor.extensions.get::<SocketAddr>().copied();
+        assert_eq!(describe(peer, &extractor.extensions), layer);
+        layer
+    }
+
+    fn describe(peer: Option<SocketAddr>, extensions: &Extensions) -> String {
         let route = extensions.get::<RouteParams>().map(|route| {
             (
                 route.pattern().map(str::to_owned),
@@ -224,7 +219,7 @@ mod tests {
                 route.get("rest").map(str::to_owned),
             )
         });
-        format!("{:?} {route:?}", extensions.get::<SocketAddr>())
+        format!("{peer:?} {route:?}")
     }
 
     #[tokio::test]
@@ -249,11 +244,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn what_is_recorded_already_is_kept() {
+        async fn kept(mut parts: Parts) -> String {
+            let peer = SocketAddr::from(([198, 51, 100, 1], 80));
+            parts.extensions.insert(peer);
+            parts
+                .extensions
+                .insert(RouteParams::new(Some("/mine".to_owned()), []));
+            show(parts).await
+        }
+        let app = Router::new().route("/{id}", get(kept));
+        assert_eq!(
+            recorded(app, "/7").await,
+            "Some(198.51.100.1:80) Some((Some(\"/mine\"), None, None))"
+        );
+    }
+
+    #[tokio::test]
     async fn an_undecodable_parameter_is_refused_not_missing() {
         use lock_tower::key::{KeyExtractor, PathParam, RequestParts};
-        async fn why(request: Request<Body>) -> String {
-            let parts = RequestParts::new(&request);
-            let missing = PathParam::new("id").missing(parts);
+        async fn why(parts: Parts) -> String {
+            let parts = as_a_layer_records(parts);
+            let missing = PathParam::new("id").missing(RequestParts::from_parts(&parts));
             format!("{} {}", missing.is_configuration(), missing.reason())
         }
         let app = Router::new().route("/orders/{id}/{other}", get(why));

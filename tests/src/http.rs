@@ -19,23 +19,11 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Serves `app` as lock-axum's README serves it: with
-    /// `RequestInfoLayer` as its last layer (so that the layers in it see
-    /// the client's address and the matched route) and with
-    /// `ConnectInfo<SocketAddr>`, on a free loopback port.
+    /// Serves `app` (with `ConnectInfo<SocketAddr>`) on a free loopback port.
     ///
     /// # Panics
     /// When no port can be bound.
     pub async fn start(app: axum::Router) -> Self {
-        Self::start_as_is(app.layer(lock_axum::RequestInfoLayer::new())).await
-    }
-
-    /// Serves `app` with `ConnectInfo<SocketAddr>` and nothing added: for
-    /// the tests of an app that forgot `RequestInfoLayer`, or placed it.
-    ///
-    /// # Panics
-    /// When no port can be bound.
-    pub async fn start_as_is(app: axum::Router) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("cannot bind: {e}"));

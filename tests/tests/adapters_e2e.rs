@@ -238,8 +238,8 @@ async fn actix_keys_and_costs_still_see_the_headers_they_read() {
 }
 
 /// The `Locked` and `RateLimited` extractors record the route and the
-/// client's address themselves, on axum (no `RequestInfoLayer` in the app)
-/// as on actix-web: a lock keyed by a path parameter holds per id, and a
+/// client's address themselves, on axum (with lock-tower's own layers
+/// behind their configuration) as on actix-web: a lock keyed by a path parameter holds per id, and a
 /// rate limit keyed by the peer address counts per client, through
 /// lock-tower's neutral extensions on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +283,7 @@ async fn extractors_key_by_path_parameter_and_peer_on_both() {
             lock: lock(),
             limit: limit("axum-extract-peer"),
         });
-    let axum = TestServer::start_as_is(app).await;
+    let axum = TestServer::start(app).await;
 
     let (actix_lock, actix_limit) = (lock(), limit("actix-extract-peer"));
     let actix = lock_tests::http::actix(move || {

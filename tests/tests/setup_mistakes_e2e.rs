@@ -1,10 +1,9 @@
 //! The five set-up mistakes a newcomer makes first, over real HTTP, and
-//! what they see: an axum app served without connect info, one without
-//! lock-axum's `RequestInfoLayer` (or with a layer added after it), an
-//! actix-web lock on `App::wrap` instead of its resource, axum's
-//! `route_layer` over routes without the key's path parameter, and Redis
-//! going away under a rate limit. The first four answer 500 with the fix in
-//! the body (for
+//! what they see: an axum app served without connect info, one with
+//! lock-tower's own layers instead of lock-axum's, an actix-web lock on
+//! `App::wrap` instead of its resource, axum's `route_layer` over routes
+//! without the key's path parameter, and Redis going away under a rate
+//! limit. The first four answer 500 with the fix in the body (for
 //! whoever has no log subscriber yet) and log it once at `warn`; the last
 //! keeps answering, from this process's memory, and logs that at `warn`.
 //!
@@ -21,7 +20,7 @@ use http::StatusCode;
 use lock_axum::backend::{MemoryBackend, RedisBackend, RedisConfig};
 use lock_axum::key::{GlobalKey, PathParam, PeerIp};
 use lock_axum::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
-use lock_axum::{LockLayer, RateLimitLayer, RequestInfoLayer};
+use lock_axum::{LockLayer, RateLimitLayer};
 use lock_tests::RedisServer;
 use lock_tests::http::{Reply, TestClient, TestServer};
 
@@ -129,70 +128,71 @@ async fn axum_served_without_connect_info() {
 }
 
 /// `reply` is the 500 of a layer (`layer`, e.g. "`pay` lock") whose key
-/// found nothing, and names `RequestInfoLayer` as the fix.
-fn asks_for_request_info(reply: &Reply, layer: &str) {
+/// found nothing, and names lock-axum's layer (`fix`) as the fix.
+fn asks_for_lock_axum(reply: &Reply, layer: &str, fix: &str) {
     let text = reply.text();
     assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR, "{text:?}");
-    assert!(text.contains("RequestInfoLayer"), "names the fix: {text:?}");
+    assert!(text.contains(fix), "names the fix: {text:?}");
     assert!(text.contains(layer), "names {layer}: {text:?}");
 }
 
-/// lock-tower reads no axum record itself: without `RequestInfoLayer`
-/// as the router's last layer, a key by address or path parameter finds
-/// nothing, even served with connect info. Each layer answers 500 naming
-/// the fix (never a panic) and logs it once; with the layer added after
-/// them, both work.
+/// lock-tower reads no axum record itself: its own layers in an axum app
+/// (`lock_tower::RateLimitLayer`, not `lock_axum::RateLimitLayer`) find
+/// no key by address or path parameter, even served with connect info.
+/// Each answers 500 naming lock-axum's layer (never a panic) and logs it
+/// once; lock-axum's, in the same places, work with nothing added.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn axum_without_request_info_layer() {
+async fn axum_with_lock_towers_own_layers() {
     log();
-    let (peer_scope, param_scope) = ("mistake-no-info-peer", "mistake-no-info-param");
-    let app = |request_info: Option<RequestInfoLayer>| {
-        let per_ip = RateLimitLayer::new(limiter(MemoryBackend::new(), peer_scope), PeerIp::new());
-        let per_order =
-            LockLayer::new(MemoryBackend::new(), PathParam::new("id")).scope(param_scope);
-        let app = Router::new()
-            .route(
-                "/orders/{id}/pay",
-                post(|| async { "paid" }).layer(per_order),
-            )
-            .route("/health", get(|| async { "ok" }));
-        match request_info {
-            // Added before the rate limit: the rate limit runs first,
-            // before anything is recorded; the lock, inside, is served.
-            Some(early) => app.layer(early).layer(per_ip),
-            None => app.layer(per_ip),
-        }
-    };
+    let (peer_scope, param_scope) = ("mistake-tower-peer", "mistake-tower-param");
     let client = TestClient::new();
+    let health = || get(|| async { "ok" });
 
-    let forgot = TestServer::start_as_is(app(None)).await;
+    let per_ip =
+        lock_tower::RateLimitLayer::new(limiter(MemoryBackend::new(), peer_scope), PeerIp::new());
+    let tower_peer = Router::new().route("/health", health()).layer(per_ip);
+    let tower_peer = TestServer::start(tower_peer).await;
     for _ in 0..3 {
-        let health = client.get(&forgot.url("/health"), &[]).await;
-        asks_for_request_info(&health, &format!("`{peer_scope}` rate limit"));
+        let reply = client.get(&tower_peer.url("/health"), &[]).await;
+        let rate_limit = format!("`{peer_scope}` rate limit");
+        asks_for_lock_axum(&reply, &rate_limit, "lock_axum::RateLimitLayer");
     }
     let warned = warnings(peer_scope);
     assert_eq!(warned.len(), 1, "logged once: {warned:?}");
-    assert!(warned[0].contains("RequestInfoLayer"), "{warned:?}");
+    assert!(
+        warned[0].contains("lock_axum::RateLimitLayer"),
+        "{warned:?}"
+    );
 
-    // Without the rate limit in the way, the lock alone says the same.
-    let per_order = LockLayer::new(MemoryBackend::new(), PathParam::new("id")).scope(param_scope);
+    let per_order =
+        lock_tower::LockLayer::new(MemoryBackend::new(), PathParam::new("id")).scope(param_scope);
     let pay_route = post(|| async { "paid" }).layer(per_order);
-    let lock_only = Router::new().route("/orders/{id}/pay", pay_route);
-    let lock_only = TestServer::start_as_is(lock_only).await;
+    let tower_param = Router::new().route("/orders/{id}/pay", pay_route);
+    let tower_param = TestServer::start(tower_param).await;
     let pay = client
-        .send("POST", &lock_only.url("/orders/1/pay"), &[])
+        .send("POST", &tower_param.url("/orders/1/pay"), &[])
         .await;
-    asks_for_request_info(&pay, &format!("`{param_scope}` lock"));
+    asks_for_lock_axum(
+        &pay,
+        &format!("`{param_scope}` lock"),
+        "lock_axum::LockLayer",
+    );
     assert_eq!(warnings(param_scope).len(), 1, "logged once");
-    show("axum without RequestInfoLayer", &pay, param_scope);
+    show("axum with lock-tower's LockLayer", &pay, param_scope);
 
-    let misplaced = TestServer::start_as_is(app(Some(RequestInfoLayer::new()))).await;
-    let health = client.get(&misplaced.url("/health"), &[]).await;
-    asks_for_request_info(&health, &format!("`{peer_scope}` rate limit"));
-
-    let fixed = TestServer::start_as_is(app(None).layer(RequestInfoLayer::new())).await;
-    let health = client.get(&fixed.url("/health"), &[]).await;
-    assert_eq!(health.status, StatusCode::OK, "{:?}", health.text());
+    // The same layers from lock-axum.
+    let per_ip = RateLimitLayer::new(limiter(MemoryBackend::new(), peer_scope), PeerIp::new());
+    let per_order = LockLayer::new(MemoryBackend::new(), PathParam::new("id")).scope(param_scope);
+    let fixed = Router::new()
+        .route(
+            "/orders/{id}/pay",
+            post(|| async { "paid" }).layer(per_order),
+        )
+        .route("/health", health())
+        .layer(per_ip);
+    let fixed = TestServer::start(fixed).await;
+    let reply = client.get(&fixed.url("/health"), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.text());
     let pay = client.send("POST", &fixed.url("/orders/1/pay"), &[]).await;
     assert_eq!(pay.status, StatusCode::OK, "{:?}", pay.text());
     assert_eq!(pay.text(), "paid");

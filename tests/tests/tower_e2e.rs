@@ -14,7 +14,9 @@ use lock_core::lock::{LockBackend, LockOptions};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 use lock_tests::http::{TestClient, TestServer};
 use lock_tower::key::{ClientIp, HeaderKey, PathKey, PeerIp};
-use lock_tower::{ConcurrencyLimitLayer, LockLayer, MissingKey, RateLimitLayer};
+// The layers as an axum app has them: lock-axum's read axum's records.
+use lock_axum::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
+use lock_tower::MissingKey;
 
 fn limiter<B: RateBackend>(backend: B, scope: &str, limit: u32) -> RateLimiter<B> {
     let quota = Quota::per_minute(NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN));

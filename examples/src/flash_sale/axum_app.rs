@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
-use lock_axum::{Locked, RequestInfoLayer, RouteLock};
+use lock_axum::{Locked, RouteLock};
 use lock_core::rate::RateBackend;
 use serde::Deserialize;
 
@@ -135,9 +135,6 @@ pub fn axum_router(shop: Shop) -> Router {
         .route("/items/{item}/reservations/{order}/confirm", post(confirm))
         .route("/items/{item}/reservations/{order}/cancel", post(cancel))
         .with_state(AppState { shop, user_lock })
-        // Last, so that it runs first: hands the address rate limits the
-        // client's address.
-        .layer(RequestInfoLayer::new())
 }
 
 /// A running axum shop; aborted when dropped.

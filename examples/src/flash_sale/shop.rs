@@ -11,7 +11,10 @@ use lock_core::counter::{Purchase, Reservation, Settle, Stock};
 use lock_core::lock::{LockBackend, Redlock};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 use lock_tower::key::{ClientIp, HeaderKey};
-use lock_tower::{LockLayer, OnBackendFailure, RateLimitLayer};
+// lock-axum's layers: on axum they read its records (the client's
+// address); actix-web's middleware takes them too, and records its own.
+use lock_axum::{LockLayer, RateLimitLayer};
+use lock_tower::OnBackendFailure;
 use serde_json::{Value, json};
 
 /// Tunables of the shop.

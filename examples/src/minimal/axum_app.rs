@@ -11,7 +11,7 @@ use lock_axum::backend::AnyBackend;
 use lock_axum::counter::{Purchase, Stock};
 use lock_axum::key::{PathParam, PeerIp};
 use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
-use lock_axum::{LockLayer, RateLimitLayer, RequestInfoLayer};
+use lock_axum::{LockLayer, RateLimitLayer};
 
 /// The routes, on any backend; serve them with
 /// `into_make_service_with_connect_info::<SocketAddr>()`.
@@ -34,10 +34,7 @@ pub fn app(backend: AnyBackend) -> lock_axum::Result<Router> {
         .route("/items/{sku}/buy", post(buy))
         .route("/health", get(|| async { "ok" }))
         .with_state(Stock::new(backend))
-        .layer(per_ip)
-        // Last, so that it runs first: hands the layers above the client's
-        // address and the route's `{id}`.
-        .layer(RequestInfoLayer::new()))
+        .layer(per_ip))
 }
 
 async fn pay(Path(id): Path<String>) -> String {

@@ -6,9 +6,11 @@
 //! The seam runs one way: lock-tower knows no framework, and an adapter
 //! knows lock-tower. An adapter
 //!
-//! 1. records what its framework knows in the request's extensions, in
-//!    neutral types (below), before a layer or an extractor asks for a
-//!    key;
+//! 1. hands the key extractors what its framework knows, before a layer
+//!    or an extractor asks for a key: it records it in the request's
+//!    extensions, in neutral types (below), or has the layers read its
+//!    framework's own records through a [`RequestInfo`], exporting
+//!    lock-tower's layers with it (`LockLayerWith<B, K, ItsInfo>`);
 //! 2. builds its extractors on [`RouteLock`] and [`RouteRateLimit`]:
 //!    [`SharedLock::acquire_for_handler`] hands a [`HandlerLock`] (what a
 //!    `Locked` extractor holds) or the response to answer with, and
@@ -19,20 +21,21 @@
 //!
 //! # What an adapter records
 //!
-//! The key extractors read these extensions, never a framework's own
-//! records, whose types (or whose very existence) are each framework's
-//! business:
+//! The key extractors read these extensions (and the layer's
+//! [`RequestInfo`]), never a framework's own records by name, whose types
+//! (or whose very existence) are each framework's business:
 //!
 //! | what | extension | lock-axum records it from | lock-actix records it from |
 //! | --- | --- | --- | --- |
 //! | the TCP peer's address | [`SocketAddr`](std::net::SocketAddr) | `ConnectInfo<SocketAddr>` | `HttpRequest::peer_addr` |
 //! | the matched route and its parameters | [`RouteParams`] | `MatchedPath` and `RawPathParams` | `match_pattern` and `match_info` |
 //!
-//! lock-axum records them in its `RequestInfoLayer` (which an app adds to
-//! its router after the layers, as its last `Router::layer`) and in its
-//! extractors; lock-actix in its middleware and extractors. A service
-//! with no framework (hyper, tonic) inserts them itself, the peer's
-//! `SocketAddr` at least (see the crate's example).
+//! lock-actix records them in its middleware and extractors. lock-axum
+//! has its layers read axum's records through its `AxumInfo` (the peer in
+//! place, the route recorded as a `RouteParams` once per request, for keys
+//! that read it), so that axum apps add no layer, and its extractors
+//! record them. A service with no framework (hyper, tonic) inserts them
+//! itself, the peer's `SocketAddr` at least (see the crate's example).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -46,11 +49,15 @@ mod handler;
 mod request;
 
 pub use self::handler::{HandlerDecision, HandlerLock};
-pub use self::request::RouteParams;
+pub(crate) use self::request::record_route;
+pub use self::request::{Neutral, RequestInfo, RouteParams};
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 pub use crate::lock::LockVerdict;
+use crate::lock::{ConcurrencyLimitLayerWith, LockLayerWith};
 use crate::rate_limit::ErasedDecision;
+use crate::rate_limit::RateLimitLayerWith;
 pub use crate::rate_limit::RateVerdict;
+#[cfg(doc)]
 use crate::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
 
 trait DecideRate: Send + Sync {
@@ -59,17 +66,17 @@ trait DecideRate: Send + Sync {
     fn headers_read(&self) -> HeadersRead<'_>;
 }
 
-impl<B: RateBackend, K: KeyExtractor> DecideRate for RateLimitLayer<B, K> {
+impl<B: RateBackend, K: KeyExtractor, R: RequestInfo> DecideRate for RateLimitLayerWith<B, K, R> {
     fn decide<'a>(&'a self, parts: RequestParts<'a>) -> ErasedDecision<'a> {
-        RateLimitLayer::decide_erased(self, parts)
+        self.decide_erased(parts)
     }
 
     fn for_each_field(&self, decision: &Decision, f: &mut dyn FnMut(&HeaderName, HeaderValue)) {
-        RateLimitLayer::for_each_field(self, decision, f);
+        RateLimitLayerWith::for_each_field(self, decision, f);
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
-        RateLimitLayer::headers_read(self)
+        RateLimitLayerWith::headers_read(self)
     }
 }
 
@@ -79,7 +86,9 @@ pub struct SharedRateLimit(Arc<dyn DecideRate>);
 
 impl SharedRateLimit {
     /// Decides as `layer` would.
-    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
+    pub fn new<B: RateBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: RateLimitLayerWith<B, K, R>,
+    ) -> Self {
         SharedRateLimit(Arc::new(layer))
     }
 
@@ -123,39 +132,21 @@ trait AcquireLock: Send + Sync {
     fn headers_read(&self) -> HeadersRead<'_>;
 }
 
-impl<B: LockBackend, K: KeyExtractor> AcquireLock for LockLayer<B, K> {
+impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> AcquireLock for LockLayerWith<B, K, R> {
     fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
-        Box::pin(LockLayer::acquire(self, parts))
+        Box::pin(LockLayerWith::acquire(self, parts))
     }
 
     fn cancels_on_lease_loss(&self) -> bool {
-        LockLayer::cancels_on_lease_loss(self)
+        LockLayerWith::cancels_on_lease_loss(self)
     }
 
     fn holds_until_body_sent(&self) -> bool {
-        LockLayer::holds_until_body_sent(self)
+        LockLayerWith::holds_until_body_sent(self)
     }
 
     fn headers_read(&self) -> HeadersRead<'_> {
-        LockLayer::headers_read(self)
-    }
-}
-
-impl<B: LockBackend, K: KeyExtractor> AcquireLock for ConcurrencyLimitLayer<B, K> {
-    fn acquire<'a>(&'a self, parts: RequestParts<'a>) -> BoxFuture<'a, LockVerdict> {
-        Box::pin(ConcurrencyLimitLayer::acquire(self, parts))
-    }
-
-    fn cancels_on_lease_loss(&self) -> bool {
-        ConcurrencyLimitLayer::cancels_on_lease_loss(self)
-    }
-
-    fn holds_until_body_sent(&self) -> bool {
-        ConcurrencyLimitLayer::holds_until_body_sent(self)
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        ConcurrencyLimitLayer::headers_read(self)
+        LockLayerWith::headers_read(self)
     }
 }
 
@@ -166,15 +157,17 @@ pub struct SharedLock(Arc<dyn AcquireLock>);
 
 impl SharedLock {
     /// Locks as `layer` would.
-    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
+    pub fn new<B: LockBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: LockLayerWith<B, K, R>,
+    ) -> Self {
         SharedLock(Arc::new(layer))
     }
 
     /// Takes permits as `layer` would.
-    pub fn concurrency<B: LockBackend, K: KeyExtractor>(
-        layer: ConcurrencyLimitLayer<B, K>,
+    pub fn concurrency<B: LockBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: ConcurrencyLimitLayerWith<B, K, R>,
     ) -> Self {
-        SharedLock(Arc::new(layer))
+        SharedLock(Arc::new(layer.into_lock()))
     }
 
     /// See [`LockLayer::acquire`].
@@ -229,13 +222,15 @@ impl<M> std::fmt::Debug for RouteLock<M> {
 
 impl RouteLock {
     /// Locks as `layer` would.
-    pub fn new<B: LockBackend, K: KeyExtractor>(layer: LockLayer<B, K>) -> Self {
+    pub fn new<B: LockBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: LockLayerWith<B, K, R>,
+    ) -> Self {
         RouteLock(SharedLock::new(layer), PhantomData)
     }
 
     /// Takes permits as `layer` would (at most N handlers per key).
-    pub fn concurrency<B: LockBackend, K: KeyExtractor>(
-        layer: ConcurrencyLimitLayer<B, K>,
+    pub fn concurrency<B: LockBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: ConcurrencyLimitLayerWith<B, K, R>,
     ) -> Self {
         RouteLock(SharedLock::concurrency(layer), PhantomData)
     }
@@ -274,7 +269,9 @@ impl<M> std::fmt::Debug for RouteRateLimit<M> {
 
 impl RouteRateLimit {
     /// Decides as `layer` would.
-    pub fn new<B: RateBackend, K: KeyExtractor>(layer: RateLimitLayer<B, K>) -> Self {
+    pub fn new<B: RateBackend, K: KeyExtractor, R: RequestInfo>(
+        layer: RateLimitLayerWith<B, K, R>,
+    ) -> Self {
         RouteRateLimit(SharedRateLimit::new(layer), PhantomData)
     }
 }

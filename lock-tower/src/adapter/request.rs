@@ -1,5 +1,69 @@
-//! The neutral types an adapter records in a request's extensions (see
-//! the [module](super) docs).
+//! The neutral types an adapter records in a request's extensions, and
+//! the [`RequestInfo`] through which the layers read a framework's own
+//! records (see the [module](super) docs).
+
+use std::net::SocketAddr;
+
+use http::{Extensions, Request};
+
+use crate::key::KeyExtractor;
+
+/// How a layer learns what a framework knows of a request: the peer's
+/// address and the matched route, which the key extractors read. It is the
+/// third parameter of [`LockLayerWith`](super::LockLayerWith),
+/// [`ConcurrencyLimitLayerWith`](super::ConcurrencyLimitLayerWith) and
+/// [`RateLimitLayerWith`](super::RateLimitLayerWith); lock-tower's own
+/// [`LockLayer`](crate::LockLayer), [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer)
+/// and [`RateLimitLayer`](crate::RateLimitLayer) take [`Neutral`], and an
+/// adapter exports the same names with its own (lock-axum's read axum's
+/// `ConnectInfo`, `MatchedPath` and path parameters), so that its
+/// applications need no extra layer.
+///
+/// A type of it is a marker, never built: its functions are called with
+/// the request. The defaults read and record nothing of any framework.
+pub trait RequestInfo: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// The TCP peer's address, for [`PeerIp`](crate::key::PeerIp) and
+    /// [`ClientIp`](crate::key::ClientIp). An adapter reads a
+    /// [`SocketAddr`] recorded in `extensions` first (the neutral record
+    /// wins), then its framework's own. Called only when a key asks for it,
+    /// so it should not allocate. The default reads the `SocketAddr` only.
+    fn peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
+        extensions.get::<SocketAddr>().copied()
+    }
+
+    /// Records the matched route as a [`RouteParams`] in the request's
+    /// extensions, for [`PathParam`](crate::key::PathParam) and
+    /// [`MatchedRoute`](crate::key::MatchedRoute). The layers call it once
+    /// per request, before taking the key, and only for a key that
+    /// [reads the route](crate::key::KeyExtractor::reads_route); an adapter
+    /// leaves a `RouteParams` already there as it is. The default records
+    /// nothing.
+    fn record_route<B>(request: Request<B>) -> Request<B> {
+        request
+    }
+}
+
+/// The [`RequestInfo`] of lock-tower's own layers: the peer's address is a
+/// [`SocketAddr`] in the request's extensions, and the route a
+/// [`RouteParams`], as an adapter (or the server itself) recorded them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Neutral;
+
+impl RequestInfo for Neutral {}
+
+/// Has `R` record the route of `request` if `key` reads it: what a layer's
+/// service does before it takes the key.
+#[inline]
+pub(crate) fn record_route<R: RequestInfo, B>(
+    key: &impl KeyExtractor,
+    request: Request<B>,
+) -> Request<B> {
+    if key.reads_route() {
+        R::record_route(request)
+    } else {
+        request
+    }
+}
 
 /// The route a request matched and its path parameters, as an adapter
 /// records them in the request's extensions, for

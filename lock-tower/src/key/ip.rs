@@ -62,6 +62,10 @@ impl KeyExtractor for PeerIp {
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::None
     }
+
+    fn reads_route(&self) -> bool {
+        false
+    }
 }
 
 /// Which header a [`ClientIp`] reads.
@@ -210,6 +214,10 @@ impl KeyExtractor for ClientIp {
 
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::Only(std::slice::from_ref(self.field()))
+    }
+
+    fn reads_route(&self) -> bool {
+        false
     }
 }
 

@@ -32,6 +32,7 @@ pub use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
 pub use self::ip::{ClientIp, ForwardedHeader, PeerIp};
 pub use self::route::{MatchedRoute, PathParam};
+use crate::adapter::{Neutral, RequestInfo};
 
 /// The parts of a request a key extractor may look at.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +48,9 @@ pub struct RequestParts<'a> {
     /// [`RouteParams`](crate::adapter::RouteParams), as an adapter
     /// recorded them, and whatever else the stack put there.
     pub extensions: &'a Extensions,
+    /// Reads the peer's address from the extensions: the layer's
+    /// [`RequestInfo::peer_addr`].
+    peer: fn(&Extensions) -> Option<SocketAddr>,
 }
 
 impl<'a> RequestParts<'a> {
@@ -57,6 +61,7 @@ impl<'a> RequestParts<'a> {
             uri: request.uri(),
             headers: request.headers(),
             extensions: request.extensions(),
+            peer: Neutral::peer_addr,
         }
     }
 
@@ -67,6 +72,7 @@ impl<'a> RequestParts<'a> {
             uri: &parts.uri,
             headers: &parts.headers,
             extensions: &parts.extensions,
+            peer: Neutral::peer_addr,
         }
     }
 
@@ -82,12 +88,25 @@ impl<'a> RequestParts<'a> {
             uri,
             headers,
             extensions,
+            peer: Neutral::peer_addr,
+        }
+    }
+
+    /// The same view, whose [`peer_addr`](Self::peer_addr) reads the peer
+    /// as `R` does (a layer's framework).
+    #[inline]
+    pub(crate) fn peer_as<R: RequestInfo>(self) -> Self {
+        RequestParts {
+            peer: R::peer_addr,
+            ..self
         }
     }
 
     /// The TCP peer's address: the [`SocketAddr`] in the extensions, which
-    /// an adapter records (lock-axum from axum's `ConnectInfo`, lock-actix
-    /// from actix-web's peer address) or the server puts there itself.
+    /// an adapter records (lock-actix from actix-web's peer address) or the
+    /// server puts there itself; in a layer, else the address its
+    /// framework keeps ([`RequestInfo::peer_addr`]: lock-axum's layers read
+    /// axum's `ConnectInfo`).
     ///
     /// ```
     /// use std::net::SocketAddr;
@@ -103,7 +122,7 @@ impl<'a> RequestParts<'a> {
     // straight from them rather than through a fresh copy of all four.
     #[inline]
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.extensions.get::<SocketAddr>().copied()
+        (self.peer)(self.extensions)
     }
 }
 
@@ -153,10 +172,10 @@ impl Missing {
 pub(crate) fn no_peer_address() -> Missing {
     Missing::configuration(
         "no peer address in the request: serve axum with \
-         `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())` \
-         and add `.layer(lock_axum::RequestInfoLayer::new())` after the lock and rate-limit \
-         layers (it hands them the address); with no framework, put the peer's `SocketAddr` \
-         in the request's extensions",
+         `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`, \
+         with the layers of lock-axum (`lock_axum::RateLimitLayer`, not lock-tower's, which \
+         reads no framework's records); with no framework, put the peer's `SocketAddr` in \
+         the request's extensions",
     )
 }
 
@@ -230,6 +249,21 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::All
     }
+
+    /// Whether the key reads the matched route (a
+    /// [`RouteParams`](crate::adapter::RouteParams)): the layers have their
+    /// framework record it ([`RequestInfo::record_route`]) only for keys
+    /// that do, as it costs an allocation. The default says yes; an
+    /// extractor that reads no route should say no.
+    ///
+    /// ```
+    /// use lock_axum::key::{KeyExtractor, PathParam, PeerIp};
+    /// assert!(!PeerIp::new().reads_route());
+    /// assert!(PathParam::new("id").reads_route());
+    /// ```
+    fn reads_route(&self) -> bool {
+        true
+    }
 }
 
 /// The header fields a key (or a rate-limit cost) depends on; see
@@ -292,6 +326,10 @@ impl KeyExtractor for HeaderKey {
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::Only(std::slice::from_ref(&self.0))
     }
+
+    fn reads_route(&self) -> bool {
+        false
+    }
 }
 
 /// The request path (e.g. one lock per `/orders/42`).
@@ -309,6 +347,10 @@ impl KeyExtractor for PathKey {
 
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::None
+    }
+
+    fn reads_route(&self) -> bool {
+        false
     }
 }
 
@@ -345,6 +387,10 @@ impl KeyExtractor for GlobalKey {
 
     fn headers_read(&self) -> HeadersRead<'_> {
         HeadersRead::None
+    }
+
+    fn reads_route(&self) -> bool {
+        false
     }
 }
 

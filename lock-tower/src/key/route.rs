@@ -5,11 +5,12 @@
 //! extensions (see [`adapter`](crate::adapter)), never a framework's own
 //! records. Routers know both only once they have matched, so these
 //! extractors work in layers the router applies to its routes (axum's
-//! `Router::layer` and `Router::route_layer`, with lock-axum's
-//! `RequestInfoLayer` around them; actix-web's `web::resource(..).wrap`
+//! `Router::layer` and `Router::route_layer`, with lock-axum's layers,
+//! which have axum record the route; actix-web's `web::resource(..).wrap`
 //! and `web::scope(..).wrap`) and in the adapters' extractors, not in
-//! middleware around the whole router. Where no route was matched yet, the request has no key
-//! and the layer logs the fix once (see [`Missing::configuration`]).
+//! middleware around the whole router. Where no route was matched yet, the
+//! request has no key and the layer logs the fix once (see
+//! [`Missing::configuration`]).
 
 use std::sync::Arc;
 
@@ -122,7 +123,8 @@ fn no_route() -> Missing {
          parameters are not known yet, or no adapter recorded them. On actix-web, wrap the \
          resource, not the app: `web::resource(\"/orders/{id}\").wrap(..)` or \
          `web::scope(..).wrap(..)` instead of `App::wrap`; on axum, use `Router::layer` or \
-         `Router::route_layer`, not a layer around the whole router, and add \
-         `.layer(lock_axum::RequestInfoLayer::new())` after the lock and rate-limit layers",
+         `Router::route_layer`, not a layer around the whole router, with the layers of \
+         lock-axum (`lock_axum::LockLayer`, not lock-tower's, which reads no framework's \
+         records)",
     )
 }

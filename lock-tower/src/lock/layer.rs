@@ -1,3 +1,4 @@
+use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use tower::Layer;
 use super::LockVerdict;
 use super::acquire::{Locking, Mode};
 use super::service::LockService;
+use crate::adapter::{Neutral, RequestInfo};
 use crate::failure::{Failure, MissingKey, OnBackendFailure};
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 use crate::metrics::Metrics;
@@ -63,12 +65,18 @@ pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(5);
 ///     .route("/orders/{id}/pay", post(|| async { "paid" }).layer(per_order))
 ///     .route("/health", get(|| async { "ok" }));
 /// ```
+pub type LockLayer<B, K> = LockLayerWith<B, K, Neutral>;
+
+/// [`LockLayer`] for the framework `R` (see [`RequestInfo`]): the type
+/// behind lock-tower's `LockLayer` and the adapters' own, which differ
+/// only in `R`. Its docs are [`LockLayer`]'s.
 #[derive(Debug, Clone)]
-pub struct LockLayer<B, K> {
+pub struct LockLayerWith<B, K, R> {
     locking: Locking<B, K>,
+    info: PhantomData<R>,
 }
 
-impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
+impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
     /// One request at a time per key. Defaults: wait up to
     /// [`DEFAULT_LOCK_WAIT`] for a busy key (then 503 with `Retry-After`), a
     /// 30 s watchdog lease, release when the response is produced, fail
@@ -76,7 +84,8 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// request without a usable key (400, or 500 for a set-up problem),
     /// lock names `http:<key>`.
     pub fn new(backend: B, key: K) -> Self {
-        LockLayer {
+        LockLayerWith {
+            info: PhantomData,
             locking: Locking {
                 backend,
                 fallback: MemoryBackend::new(),
@@ -220,12 +229,12 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// Takes the lock for `request` as the layer's services do: the building
     /// block of framework adapters (axum extractors, actix-web middleware).
     pub async fn acquire(&self, request: RequestParts<'_>) -> LockVerdict {
-        self.locking.acquire(request).await
+        self.locking.acquire(request.peer_as::<R>()).await
     }
 }
 
-impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
-    type Service = LockService<S, B, K>;
+impl<S, B: LockBackend, K: KeyExtractor, R: RequestInfo> Layer<S> for LockLayerWith<B, K, R> {
+    type Service = LockService<S, B, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(inner, Arc::new(self.locking.clone()))
@@ -245,28 +254,36 @@ impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for LockLayer<B, K> {
 /// let limit = ConcurrencyLimitLayer::new(MemoryBackend::new(), PathKey, 4.try_into().unwrap());
 /// # let _ = limit;
 /// ```
-#[derive(Debug, Clone)]
-pub struct ConcurrencyLimitLayer<B, K>(LockLayer<B, K>);
+pub type ConcurrencyLimitLayer<B, K> = ConcurrencyLimitLayerWith<B, K, Neutral>;
 
-impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
+/// [`ConcurrencyLimitLayer`] for the framework `R` (see [`RequestInfo`]),
+/// as [`LockLayerWith`] is for [`LockLayer`]. Its docs are
+/// [`ConcurrencyLimitLayer`]'s.
+#[derive(Debug, Clone)]
+pub struct ConcurrencyLimitLayerWith<B, K, R>(LockLayerWith<B, K, R>);
+
+impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> ConcurrencyLimitLayerWith<B, K, R> {
     /// At most `permits` requests per key at once; permits have a 30 s
     /// watchdog lease, so a crashed instance's permits come back.
     pub fn new(backend: B, key: K, permits: NonZeroU32) -> Self {
-        let mut layer = LockLayer::new(backend, key)
+        let mut layer = LockLayerWith::new(backend, key)
             .wait(Duration::ZERO)
             .busy_status(StatusCode::SERVICE_UNAVAILABLE);
         layer.locking.mode = Mode::Concurrency(permits);
-        ConcurrencyLimitLayer(layer.scope("http-concurrency"))
+        ConcurrencyLimitLayerWith(layer.scope("http-concurrency"))
     }
 
     /// Adjusts the underlying [`LockLayer`] options (wait, statuses, failure
     /// policy, ...). Fencing options are ignored.
-    pub fn configure(self, f: impl FnOnce(LockLayer<B, K>) -> LockLayer<B, K>) -> Self {
+    pub fn configure(
+        self,
+        f: impl FnOnce(LockLayerWith<B, K, R>) -> LockLayerWith<B, K, R>,
+    ) -> Self {
         let mode = self.0.locking.mode;
         let mut layer = f(self.0);
         layer.locking.mode = mode;
         layer.locking.options = layer.locking.options.fencing(false).fair(false);
-        ConcurrencyLimitLayer(layer)
+        ConcurrencyLimitLayerWith(layer)
     }
 
     /// The counters of this layer and every service it made.
@@ -289,14 +306,21 @@ impl<B: LockBackend, K: KeyExtractor> ConcurrencyLimitLayer<B, K> {
         self.0.headers_read()
     }
 
+    /// The lock layer it is built on (its mode a semaphore's).
+    pub(crate) fn into_lock(self) -> LockLayerWith<B, K, R> {
+        self.0
+    }
+
     /// Takes a permit for `request` as the layer's services do.
     pub async fn acquire(&self, request: RequestParts<'_>) -> LockVerdict {
         self.0.acquire(request).await
     }
 }
 
-impl<S, B: LockBackend, K: KeyExtractor> Layer<S> for ConcurrencyLimitLayer<B, K> {
-    type Service = LockService<S, B, K>;
+impl<S, B: LockBackend, K: KeyExtractor, R: RequestInfo> Layer<S>
+    for ConcurrencyLimitLayerWith<B, K, R>
+{
+    type Service = LockService<S, B, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         self.0.layer(inner)

@@ -15,7 +15,10 @@ mod layer;
 mod service;
 
 pub use self::future::ResponseFuture;
-pub use self::layer::{ConcurrencyLimitLayer, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, LockLayer};
+pub use self::layer::{
+    ConcurrencyLimitLayer, ConcurrencyLimitLayerWith, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT,
+    LockLayer, LockLayerWith,
+};
 pub use self::service::LockService;
 
 /// A lock (or permit) taken for a request. Dropping it releases the lock in

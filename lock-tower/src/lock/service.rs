@@ -1,6 +1,7 @@
 //! The lock service: takes the key's lock, calls the inner service, and
 //! lets go when the response (or its body) is done.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,26 +12,30 @@ use tower::Service;
 
 use super::acquire::Locking;
 use super::future::ResponseFuture;
+use crate::adapter::{Neutral, RequestInfo, record_route};
 use crate::body::GuardedBody;
 use crate::key::{KeyExtractor, RequestParts};
 
 /// The service made by [`LockLayer`](super::LockLayer) and
 /// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
-pub struct LockService<S, B, K> {
+/// `R` is the layer's framework (see [`RequestInfo`]).
+pub struct LockService<S, B, K, R = Neutral> {
     inner: S,
     locking: Arc<Locking<B, K>>,
+    info: PhantomData<R>,
 }
 
-impl<S: Clone, B, K> Clone for LockService<S, B, K> {
+impl<S: Clone, B, K, R> Clone for LockService<S, B, K, R> {
     fn clone(&self) -> Self {
         LockService {
             inner: self.inner.clone(),
             locking: self.locking.clone(),
+            info: PhantomData,
         }
     }
 }
 
-impl<S: std::fmt::Debug, B, K> std::fmt::Debug for LockService<S, B, K> {
+impl<S: std::fmt::Debug, B, K, R> std::fmt::Debug for LockService<S, B, K, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockService")
             .field("inner", &self.inner)
@@ -38,18 +43,23 @@ impl<S: std::fmt::Debug, B, K> std::fmt::Debug for LockService<S, B, K> {
     }
 }
 
-impl<S, B, K> LockService<S, B, K> {
+impl<S, B, K, R> LockService<S, B, K, R> {
     pub(super) fn new(inner: S, locking: Arc<Locking<B, K>>) -> Self {
-        LockService { inner, locking }
+        LockService {
+            inner,
+            locking,
+            info: PhantomData,
+        }
     }
 }
 
-impl<S, B, K, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, B, K>
+impl<S, B, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S, B, K, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     B: LockBackend,
     K: KeyExtractor,
+    R: RequestInfo,
     ReqBody: Send + 'static,
     ResBody: From<Bytes>,
 {
@@ -65,7 +75,8 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let locking = self.locking.clone();
-        let parts = RequestParts::new(&request);
+        let request = record_route::<R, _>(&locking.key, request);
+        let parts = RequestParts::new(&request).peer_as::<R>();
         let method = request.method().clone();
         let key = locking
             .key

@@ -1,6 +1,7 @@
 //! The rate-limit layer: its settings, and the services it makes.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use tower::Layer;
 use super::RateVerdict;
 use super::decide::{ErasedDecision, Limit};
 use super::service::RateLimit;
+use crate::adapter::{Neutral, RequestInfo};
 use crate::failure::{Failure, MissingKey, OnBackendFailure};
 use crate::headers;
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
@@ -129,19 +131,26 @@ pub const DEFAULT_DECISION_TIMEOUT: Duration = Duration::from_millis(500);
 /// request as the server is set up (axum served without connect info for
 /// [`PeerIp`](crate::key::PeerIp)) answers 500 with the fix in the body,
 /// and logs it once at `warn`. See [`on_missing_key`](Self::on_missing_key).
-pub struct RateLimitLayer<B, K> {
+pub type RateLimitLayer<B, K> = RateLimitLayerWith<B, K, Neutral>;
+
+/// [`RateLimitLayer`] for the framework `R` (see [`RequestInfo`]): the
+/// type behind lock-tower's `RateLimitLayer` and the adapters' own, which
+/// differ only in `R`. Its docs are [`RateLimitLayer`]'s.
+pub struct RateLimitLayerWith<B, K, R> {
     limit: Arc<Limit<B, K>>,
+    info: PhantomData<R>,
 }
 
-impl<B, K> Clone for RateLimitLayer<B, K> {
+impl<B, K, R> Clone for RateLimitLayerWith<B, K, R> {
     fn clone(&self) -> Self {
-        RateLimitLayer {
+        RateLimitLayerWith {
             limit: self.limit.clone(),
+            info: PhantomData,
         }
     }
 }
 
-impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
+impl<B: fmt::Debug, K: fmt::Debug, R> fmt::Debug for RateLimitLayerWith<B, K, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let l = &self.limit;
         f.debug_struct("RateLimitLayer")
@@ -156,7 +165,7 @@ impl<B: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<B, K> {
     }
 }
 
-impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
+impl<B: RateBackend, K: KeyExtractor, R: RequestInfo> RateLimitLayerWith<B, K, R> {
     /// Limits requests by `key` with `limiter`. Defaults: cost 1; when the
     /// backend fails, decide with a local in-memory limiter of the same
     /// policy ([`OnBackendFailure::Fallback`], logged at `warn`);
@@ -174,7 +183,8 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
         let policy_value = headers::policy_value(limiter.policy());
         let labels = headers::quota_labels(limiter.policy());
         let metrics = Metrics::new("rate_limit", limiter.scope().as_str());
-        RateLimitLayer {
+        RateLimitLayerWith {
+            info: PhantomData,
             limit: Arc::new(Limit {
                 limiter,
                 key,
@@ -301,13 +311,13 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     /// Decides for `request` as the layer's services do: the building block
     /// of framework adapters (axum extractors, actix-web middleware).
     pub async fn decide(&self, request: RequestParts<'_>) -> RateVerdict {
-        self.limit.decide_for(request).await
+        self.limit.decide_for(request.peer_as::<R>()).await
     }
 
     /// [`decide`](Self::decide) for type-erased callers, without boxing a
     /// verdict that is reached at once.
     pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
-        self.limit.decide_erased(request)
+        self.limit.decide_erased(request.peer_as::<R>())
     }
 
     /// Adds the rate-limit fields of `decision` to `headers` (for an allowed
@@ -349,8 +359,8 @@ impl<B: RateBackend, K: KeyExtractor> RateLimitLayer<B, K> {
     }
 }
 
-impl<S, B: RateBackend, K: KeyExtractor> Layer<S> for RateLimitLayer<B, K> {
-    type Service = RateLimit<S, B, K>;
+impl<S, B: RateBackend, K: KeyExtractor, R: RequestInfo> Layer<S> for RateLimitLayerWith<B, K, R> {
+    type Service = RateLimit<S, B, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(inner, self.limit.clone())

@@ -13,7 +13,7 @@ use lock_core::rate::Decision;
 
 pub(crate) use self::decide::ErasedDecision;
 pub use self::future::ResponseFuture;
-pub use self::layer::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer};
+pub use self::layer::{DEFAULT_DECISION_TIMEOUT, RateLimitLayer, RateLimitLayerWith};
 pub use self::service::RateLimit;
 
 /// What a [`RateLimitLayer`] decided for one request.

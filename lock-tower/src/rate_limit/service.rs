@@ -1,6 +1,7 @@
 //! The rate-limit service: decides each request, then calls the inner
 //! service or answers the refusal itself.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -12,25 +13,29 @@ use tower::Service;
 use super::RateVerdict as Verdict;
 use super::decide::{Limit, Now, Start};
 use super::future::ResponseFuture;
+use crate::adapter::{Neutral, RequestInfo, record_route};
 use crate::key::{KeyExtractor, RequestParts};
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer). Clones share
 /// the limiter, so limits hold across clones (and, on Redis, instances).
-pub struct RateLimit<S, B, K> {
+/// `R` is the layer's framework (see [`RequestInfo`]).
+pub struct RateLimit<S, B, K, R = Neutral> {
     inner: S,
     limit: Arc<Limit<B, K>>,
+    info: PhantomData<R>,
 }
 
-impl<S: Clone, B, K> Clone for RateLimit<S, B, K> {
+impl<S: Clone, B, K, R> Clone for RateLimit<S, B, K, R> {
     fn clone(&self) -> Self {
         RateLimit {
             inner: self.inner.clone(),
             limit: self.limit.clone(),
+            info: PhantomData,
         }
     }
 }
 
-impl<S: std::fmt::Debug, B, K> std::fmt::Debug for RateLimit<S, B, K> {
+impl<S: std::fmt::Debug, B, K, R> std::fmt::Debug for RateLimit<S, B, K, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -38,9 +43,13 @@ impl<S: std::fmt::Debug, B, K> std::fmt::Debug for RateLimit<S, B, K> {
     }
 }
 
-impl<S, B, K> RateLimit<S, B, K> {
+impl<S, B, K, R> RateLimit<S, B, K, R> {
     pub(super) fn new(inner: S, limit: Arc<Limit<B, K>>) -> Self {
-        RateLimit { inner, limit }
+        RateLimit {
+            inner,
+            limit,
+            info: PhantomData,
+        }
     }
 
     /// The future of a request decided at once other than allowed
@@ -69,12 +78,13 @@ impl<S, B, K> RateLimit<S, B, K> {
     }
 }
 
-impl<S, B, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, B, K>
+impl<S, B, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, B, K, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     B: RateBackend,
     K: KeyExtractor,
+    R: RequestInfo,
     ReqBody: Send + 'static,
     ResBody: From<Bytes>,
 {
@@ -90,7 +100,8 @@ where
         // A request without a key, or a backend that decides without
         // waiting (in memory), is answered here: no boxed future, and the
         // ready service itself is called.
-        let (key, cost) = match self.limit.start(RequestParts::new(&request)) {
+        let request = record_route::<R, _>(&self.limit.key, request);
+        let (key, cost) = match self.limit.start(RequestParts::new(&request).peer_as::<R>()) {
             // Most requests: allowed, with no fields to send. No verdict
             // is built for them, so nothing but the future is moved.
             Start::Now(Now::Allowed) => {

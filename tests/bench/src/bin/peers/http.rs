@@ -11,7 +11,8 @@ use lock_core::backend::RedisBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::RedisServer;
 use lock_tests::http::TestServer;
-use lock_tower::RateLimitLayer;
+// lock-axum's layer: these routers are axum apps.
+use lock_axum::RateLimitLayer;
 use lock_tower::key::{GlobalKey, PeerIp};
 
 use crate::layers::{gcra_policy, huge, memory_layer, quiet_layer};

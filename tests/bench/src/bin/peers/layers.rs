@@ -11,7 +11,8 @@ use axum::routing::get;
 use lock_bench::Error;
 use lock_core::backend::MemoryBackend;
 use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
-use lock_tower::RateLimitLayer;
+// lock-axum's layer: these routers are axum apps.
+use lock_axum::RateLimitLayer;
 use lock_tower::key::PeerIp;
 
 use crate::{Allocations, Scale, median_and_quartiles};
