@@ -334,3 +334,79 @@ async fn extractors_key_by_path_parameter_and_peer_on_both() {
         );
     }
 }
+
+/// One HTTP/1.1 request from the local address `from` (any of 127/8) to
+/// `server`, on a connection of its own: the response's status.
+async fn status_from(from: [u8; 4], server: std::net::SocketAddr, method: &str, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind((from, 0).into()).expect("bind the client");
+    let mut stream = socket.connect(server).await.expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {server}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok());
+    status.unwrap_or_else(|| panic!("not a response: {response:?}"))
+}
+
+/// The README's first service as an axum app writes it from lock-axum's
+/// prelude, and nothing more: a `RateLimitLayer` keyed by `PeerIp` on the
+/// router, a `LockLayer` keyed by `PathParam` on the route that has
+/// `{id}`, served with connect info, on Redis. Over real HTTP from two
+/// client addresses, the lock holds per job id and the rate limit counts
+/// per address (no request answers 500).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_axum_service_keys_by_peer_and_path_parameter() {
+    use std::net::SocketAddr;
+
+    use axum::routing::post;
+    use lock_axum::prelude::*;
+
+    let (_redis, backend) = lock_tests::redis_backend().await;
+    let five = Quota::per_minute(NonZeroU32::new(5).expect("positive"));
+    let policy = Policy::new(Algorithm::Gcra).quota(five);
+    let limiter = RateLimiter::new(backend.clone(), "readme-api", policy).expect("valid");
+    let per_ip = RateLimitLayer::new(limiter, PeerIp::new()).exempt_paths(["/health"]);
+    // A zero wait, so that a busy job is refused (423) rather than waited for.
+    let per_job = LockLayer::new(backend, PathParam::new("id"))
+        .scope("readme-job")
+        .wait(Duration::ZERO);
+    let run = || async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        "done"
+    };
+    let app = Router::new()
+        .route("/jobs/{id}/run", post(run).layer(per_job))
+        .route("/health", get(|| async { "ok" }))
+        .layer(per_ip);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server = listener.local_addr().expect("address");
+    let serving = tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app).await.expect("serve");
+    });
+
+    let (one, two) = ([127, 0, 0, 1], [127, 0, 0, 2]);
+    let first = tokio::spawn(status_from(one, server, "POST", "/jobs/1/run"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Job 1 is running: the same id is refused, another id runs.
+    assert_eq!(status_from(one, server, "POST", "/jobs/1/run").await, 423);
+    assert_eq!(status_from(one, server, "POST", "/jobs/2/run").await, 200);
+    assert_eq!(first.await.expect("join"), 200);
+    // Five a minute from 127.0.0.1 (the three above count), then 429.
+    assert_eq!(status_from(one, server, "POST", "/jobs/3/run").await, 200);
+    assert_eq!(status_from(one, server, "POST", "/jobs/4/run").await, 200);
+    assert_eq!(status_from(one, server, "POST", "/jobs/5/run").await, 429);
+    assert_eq!(status_from(one, server, "GET", "/health").await, 200);
+    // Another address has its own five.
+    assert_eq!(status_from(two, server, "POST", "/jobs/5/run").await, 200);
+    serving.abort();
+}
