@@ -26,6 +26,7 @@ pub mod history;
 pub mod http;
 pub mod kinds_suite;
 pub mod latency;
+pub mod logs;
 pub mod lock_suite;
 pub mod rate_suite;
 pub mod read_write_suite;

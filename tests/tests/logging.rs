@@ -3,10 +3,8 @@
 //! a request that lacks its key is the client's 400 and logs nothing. And
 //! lock acquisitions and rate checks run in `tracing` spans.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::routing::get;
@@ -16,30 +14,7 @@ use lock_axum::backend::MemoryBackend;
 use lock_axum::key::{HeaderKey, PeerIp};
 use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
 use lock_tests::http::TestClient;
-
-/// Everything logged, for the test to read.
-#[derive(Clone, Default)]
-struct Logged(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logged {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logged {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-}
+use lock_tests::logs::Logged;
 
 fn limiter(scope: &str) -> RateLimiter<MemoryBackend> {
     let quota = Quota::per_minute(NonZeroU32::new(100).expect("positive"));
@@ -64,12 +39,10 @@ async fn serve_plainly(app: Router) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serving_without_connect_info_is_logged_once_with_the_fix() {
     let logged = Logged::default();
-    let writer = logged.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
+    logged
+        .subscriber()
         .with_max_level(tracing::Level::DEBUG)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(false)
         .init();
 
     let by_peer = RateLimitLayer::new(limiter("peer"), PeerIp::new());

@@ -4,8 +4,6 @@
 //! server's `INFO`, and each feature either works or fails with the typed
 //! error its docs name for that version, never a generic backend error.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::Error;
@@ -13,6 +11,7 @@ use lock_core::backend::{ClusterBackend, MIN_REDIS_VERSION, RedisBackend, RedisC
 use lock_core::counter::Stock;
 use lock_core::lock::{Lock, LockOptions};
 use lock_tests::cluster::RedisCluster;
+use lock_tests::logs::Logged;
 use lock_tests::{RedisServer, ServerOptions};
 use redis::cluster::ClusterClientBuilder;
 
@@ -75,30 +74,6 @@ async fn a_cluster_needs_six_or_is_refused_with_a_typed_error() {
     }
 }
 
-/// Everything logged while it lives, for the test to read.
-#[derive(Clone, Default)]
-struct Logged(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logged {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logged {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-}
-
 /// A master with `min-replicas-to-write 1` and no replica. From Redis
 /// 6.2.7 (and on 7, Valkey) it refuses the writes scripts make: every
 /// lock and stock write is `Error::NoReplicas`, plain or synced, never a
@@ -111,12 +86,7 @@ async fn min_replicas_to_write_is_typed_on_every_version() {
         RedisServer::start_with(ServerOptions::new().arg("--min-replicas-to-write").arg("1"));
     let (version, text) = (master.version(), master.version_text());
     let logged = Logged::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let logged = logged.clone();
-            move || logged.clone()
-        })
-        .finish();
+    let subscriber = logged.subscriber().finish();
     let backend = {
         let _logging = tracing::subscriber::set_default(subscriber);
         RedisBackend::connect(&master.url()).await.expect("connect")

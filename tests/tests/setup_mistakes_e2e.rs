@@ -9,10 +9,9 @@
 //!
 //! Run with `--nocapture` to see each body and log line.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -23,44 +22,24 @@ use lock_axum::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 use lock_axum::{LockLayer, RateLimitLayer};
 use lock_tests::RedisServer;
 use lock_tests::http::{Reply, TestClient, TestServer};
+use lock_tests::logs::Logged;
 
-/// Everything logged by every test of this file.
-#[derive(Clone, Default)]
-struct Logged(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logged {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The log, with a subscriber installed on first use (as
-/// `tracing_subscriber::fmt::init()` in an app would, without colours).
+/// Everything logged by every test of this file, with a subscriber
+/// installed on first use (as `tracing_subscriber::fmt::init()` in an app
+/// would).
 fn log() -> &'static Logged {
     static LOG: OnceLock<Logged> = OnceLock::new();
     LOG.get_or_init(|| {
         let logged = Logged::default();
-        let writer = logged.clone();
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .init();
+        logged.subscriber().init();
         logged
     })
 }
 
 /// The `WARN` and `ERROR` lines that name `scope`.
 fn warnings(scope: &str) -> Vec<String> {
-    let text = log().0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    String::from_utf8_lossy(&text)
+    log()
+        .text()
         .lines()
         .filter(|line| line.contains("WARN") || line.contains("ERROR"))
         .filter(|line| line.contains(&format!("scope={scope}")))
