@@ -26,8 +26,8 @@ pub mod history;
 pub mod http;
 pub mod kinds_suite;
 pub mod latency;
-pub mod logs;
 pub mod lock_suite;
+pub mod logs;
 pub mod rate_suite;
 pub mod read_write_suite;
 pub mod sentinel;
@@ -102,7 +102,72 @@ pub async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) 
     }
 }
 
+/// Runs `future` and gives back its output, panicking, with `what`, the
+/// bound and the time taken, when it took `bound` or longer. For generous
+/// bounds that catch a hang or a missed wake-up, not for speed: a future
+/// still running at `bound` is dropped there (on tokio's clock), so a hang
+/// fails the test at once instead of stalling it.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use lock_tests::within;
+///
+/// tokio::runtime::Runtime::new().expect("runtime").block_on(async {
+///     let sum = within(Duration::from_secs(5), "an addition", async { 1 + 1 }).await;
+///     assert_eq!(sum, 2);
+/// });
+/// ```
+///
+/// # Panics
+/// When `future` does not finish in less than `bound`.
+pub async fn within<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let Ok(output) = tokio::time::timeout(bound, future).await else {
+        panic!("{what}: not done within {bound:?}");
+    };
+    let took = started.elapsed();
+    assert!(
+        took < bound,
+        "{what}: took {took:?}, the bound is {bound:?}"
+    );
+    output
+}
+
 /// The README's code samples, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::within;
+
+    // `within` is what makes the timed checks fail: it must, both for a
+    // future that finishes late and for one that never finishes.
+    #[tokio::test]
+    #[should_panic(expected = "a late sleep: took")]
+    async fn within_fails_a_future_that_finishes_late() {
+        // Blocks the thread, so the timeout cannot cut it short.
+        let late = async { std::thread::sleep(Duration::from_millis(60)) };
+        within(Duration::from_millis(50), "a late sleep", late).await;
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "a hang: not done within 50ms")]
+    async fn within_fails_a_future_that_hangs() {
+        within(
+            Duration::from_millis(50),
+            "a hang",
+            std::future::pending::<()>(),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn within_gives_back_the_output_in_time() {
+        assert_eq!(within(Duration::from_secs(5), "sum", async { 2 }).await, 2);
+    }
+}

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::lock::{FAIR_SLOT, LockBackend, LockOptions, Owner, ReadWriteLock};
 
+use crate::within;
+
 fn rw<B: LockBackend>(backend: &B, name: &str, options: LockOptions) -> ReadWriteLock<B> {
     ReadWriteLock::with_options(backend.clone(), name, options).expect("valid")
 }
@@ -89,18 +91,16 @@ pub async fn a_waiting_writer_goes_before_new_readers<B: LockBackend>(backend: B
         .expect("backend")
         .expect("an owner that reads re-enters past a waiting writer");
     again.release().await.expect("backend");
-    let released = Instant::now();
-    first.release().await.expect("backend");
-    let guard = waiting
-        .await
-        .expect("task")
-        .expect("backend")
-        .expect("the writer got the lock");
-    assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "the writer took {:?} after the last reader left",
-        released.elapsed()
-    );
+    let waited = within(
+        Duration::from_secs(2),
+        "the writer, after the last reader left",
+        async {
+            first.release().await.expect("backend");
+            waiting.await.expect("task")
+        },
+    )
+    .await;
+    let guard = waited.expect("backend").expect("the writer got the lock");
     assert!(lock.try_read(&late).await.expect("backend").is_none());
     guard.release().await.expect("backend");
     assert!(lock.try_read(&late).await.expect("backend").is_some());
@@ -319,20 +319,16 @@ pub async fn a_crashed_waiting_writer_holds_readers_back_only_until_its_place_la
     }
     // The writer's process dies: no retry, no cleanup, its place is left.
     std::mem::forget(waiting);
-    let started = Instant::now();
-    let within = 3 * FAIR_SLOT;
-    let guard = lock
-        .read(&late, within)
-        .await
+    let bound = 3 * FAIR_SLOT;
+    let read = within(
+        bound,
+        "a reader, behind a crashed writer's place (lease 60 s)",
+        lock.read(&late, bound),
+    )
+    .await;
+    let guard = read
         .expect("backend")
-        .unwrap_or_else(|| {
-            panic!("a crashed writer's place held a reader back for {within:?} (lease 60 s)")
-        });
-    let took = started.elapsed();
-    assert!(
-        took < within,
-        "a reader waited {took:?} for a crashed writer's place"
-    );
+        .unwrap_or_else(|| panic!("a crashed writer's place held a reader back for {bound:?}"));
     guard.release().await.expect("backend");
     held.release().await.expect("backend");
 }

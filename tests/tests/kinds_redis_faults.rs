@@ -12,7 +12,7 @@ use lock_core::Error;
 use lock_core::backend::{RedisBackend, RedisConfig};
 use lock_core::lock::{Lock, LockOptions, Owner, Redlock, ReentrantLock};
 use lock_tests::latency::DelayProxy;
-use lock_tests::{RedisServer, redis_backend};
+use lock_tests::{RedisServer, redis_backend, within};
 use redis::Commands;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -78,18 +78,13 @@ async fn a_killed_holders_permit_comes_back() {
         "watchdog did not renew"
     );
     child.kill().await.expect("kill");
-    let started = Instant::now();
-    assert!(
-        sem.acquire(Duration::from_secs(10))
-            .await
-            .expect("backend")
-            .is_some()
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        started.elapsed()
-    );
+    let acquired = within(
+        Duration::from_secs(3),
+        "a killed holder's permit coming back",
+        sem.acquire(Duration::from_secs(10)),
+    )
+    .await;
+    assert!(acquired.expect("backend").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,17 +116,18 @@ async fn a_crashed_fair_waiter_is_pruned() {
         tokio::spawn(async move { lock.lock(Duration::from_secs(20)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let released = Instant::now();
-    assert!(holder.release().await.expect("backend"));
-    let got = next.await.expect("join").expect("backend");
-    assert!(got.is_some());
     // The dead waiter holds the line, or the lock handed to it, for at most
     // FAIR_SLOT (3 s).
-    assert!(
-        released.elapsed() < Duration::from_secs(5),
-        "the dead waiter blocked the line for {:?}",
-        released.elapsed()
-    );
+    let got = within(
+        Duration::from_secs(5),
+        "the next waiter, past a dead one, after the release",
+        async {
+            assert!(holder.release().await.expect("backend"));
+            next.await.expect("join")
+        },
+    )
+    .await;
+    assert!(got.expect("backend").is_some());
 }
 
 /// The fair lock's key and its queue's, as the Redis backend names them.
@@ -272,14 +268,14 @@ async fn a_fair_lock_handed_to_a_cancelled_waiter_goes_to_the_next() {
     );
     // The message is still on its way to the far waiter.
     cancelled.abort();
-    let started = Instant::now();
-    let got = next.await.expect("join").expect("backend");
+    let got = within(
+        Duration::from_millis(1500),
+        "the next waiter (did the cancelled waiter keep the lock?)",
+        next,
+    )
+    .await;
+    let got = got.expect("join").expect("backend");
     assert!(got.is_some(), "the next waiter never got the lock");
-    assert!(
-        started.elapsed() < Duration::from_millis(1500),
-        "the next waiter waited {:?}: the cancelled waiter kept the lock",
-        started.elapsed()
-    );
 }
 
 /// A forced unlock of a fair lock hands it to the first in line, as a
@@ -352,20 +348,15 @@ async fn a_fair_waiter_that_missed_its_handoff_takes_it_at_its_next_attempt() {
     assert_eq!(killed, 1);
     let holder_fence = holder.fencing_token();
     assert!(holder.release().await.expect("backend"));
-    let released = Instant::now();
-    let guard = waiter
+    let claim = lock_core::lock::HANDOFF_CLAIM;
+    // About 0.9 s here (reconnect, subscribe and attempt, 300 ms each
+    // through the proxy), where the claim alone lapses after 2 s.
+    let what = "the waiter (did its attempt not see the lock was its own?)";
+    let guard = within(claim, what, waiter)
         .await
         .expect("join")
         .expect("backend")
         .expect("the waiter never got the lock");
-    let claim = lock_core::lock::HANDOFF_CLAIM;
-    // About 0.9 s here (reconnect, subscribe and attempt, 300 ms each
-    // through the proxy), where the claim alone lapses after 2 s.
-    assert!(
-        released.elapsed() < claim,
-        "took {:?}: the attempt did not see the lock was its own",
-        released.elapsed()
-    );
     assert!(
         guard.valid_for() > claim,
         "valid for {:?}: taken from a message that was never sent to it",
@@ -573,12 +564,12 @@ async fn redlock_does_not_wait_on_a_paused_server() {
     );
     servers[3].pause();
     for _ in 0..5 {
-        let started = Instant::now();
-        let guard = lock.try_lock().await.expect("4 of 5 answer").expect("free");
-        let took = started.elapsed();
         // Settled by the four that answer, not by the paused server's
         // per-server timeout (500 ms).
-        assert!(took < Duration::from_millis(400), "acquire took {took:?}");
+        let guard = within(Duration::from_millis(400), "an acquire", lock.try_lock())
+            .await
+            .expect("4 of 5 answer")
+            .expect("free");
         assert!(guard.release().await.expect("backend"));
     }
     servers[3].resume();
@@ -686,15 +677,11 @@ async fn redlock_gives_up_on_servers_slower_than_its_timeout() {
         LockOptions::new().lease(Duration::from_secs(10)),
     )
     .expect("valid");
-    let started = Instant::now();
-    let result = lock.try_lock().await;
-    let took = started.elapsed();
-    match result {
+    // The acquire and its undo each wait one timeout; allow 5x that.
+    match within(5 * 2 * timeout, "giving up", lock.try_lock()).await {
         Err(Error::NoQuorum { answered, needed }) => assert_eq!((answered, needed), (0, 3)),
         other => panic!("expected NoQuorum, got {other:?}"),
     }
-    // The acquire and its undo each wait one timeout; allow 5x that.
-    assert!(took < 5 * 2 * timeout, "gave up after {took:?}");
     // The SETs that arrived after the timeout were undone by the attempt's
     // undo, which reaches each server after them on the same connection.
     // Looked at once the SETs have landed (else no key would prove nothing).
@@ -854,18 +841,15 @@ async fn redlock_waiter_takes_the_lock_when_the_holders_lease_runs_out() {
         waiter.try_lock().await.expect("backend").is_none(),
         "try_lock got a held lock"
     );
-    let started = Instant::now();
-    let guard = waiter
-        .lock(Duration::from_secs(10))
-        .await
-        .expect("backend")
-        .expect("the holder's lease ran out within the wait");
     // At most the 2 s lease, with a wide margin; 10 s without the `PTTL`.
-    let took = started.elapsed();
-    assert!(
-        took < Duration::from_secs(5),
-        "the waiter took {took:?} to get a lock whose lease ran out"
-    );
+    let guard = within(
+        Duration::from_secs(5),
+        "getting a lock whose lease ran out",
+        waiter.lock(Duration::from_secs(10)),
+    )
+    .await
+    .expect("backend")
+    .expect("the holder's lease ran out within the wait");
     // The holder's late release finds the waiter's token, and keeps off it.
     assert!(!held.release().await.expect("backend"));
     assert!(guard.release().await.expect("backend"));
