@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lock_core::backend::{ClusterBackend, RedisBackend};
+
 use crate::{RedisServer, ServerOptions, server_binary};
 
 /// A three-master, three-replica cluster on loopback. Killed when dropped.
@@ -78,6 +80,43 @@ pub fn cli_binary() -> PathBuf {
         })
 }
 
+/// Makes `nodes` (started with [`ServerOptions::cluster_node`]) one
+/// cluster with `redis-cli --cluster create`, `replicas` to each master,
+/// and waits until every node says `cluster_state:ok`. For a cluster that
+/// [`RedisCluster`] does not make (other sizes, nodes set up first).
+///
+/// # Panics
+/// When `redis-cli` fails, or the cluster does not form in 30 s.
+pub fn create(nodes: &[RedisServer], replicas: usize) {
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    let out = Command::new(cli_binary())
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(Duration::from_secs(30), "the cluster forming", || {
+        nodes.iter().all(says_ok)
+    });
+}
+
+/// Whether `node` says `cluster_state:ok`.
+fn says_ok(node: &RedisServer) -> bool {
+    redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query::<String>(&mut node.connection())
+        .is_ok_and(|info| info.contains("cluster_state:ok"))
+}
+
 /// Polls `check` every 50 ms until it holds or `within` passes.
 fn wait_until(within: Duration, what: &str, check: impl FnMut() -> bool) {
     assert!(poll(within, check), "{what}: not within {within:?}");
@@ -105,22 +144,7 @@ impl RedisCluster {
         let nodes: Vec<RedisServer> = (0..6)
             .map(|_| RedisServer::start_with(ServerOptions::new().cluster_node()))
             .collect();
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let out = Command::new(cli_binary())
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        create(&nodes, 1);
         let cluster = RedisCluster { nodes };
         cluster.wait_ok();
         cluster
@@ -157,12 +181,7 @@ impl RedisCluster {
 
     /// Whether every running node says `cluster_state:ok`.
     fn all_ok(&self) -> bool {
-        self.running().all(|i| {
-            redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query::<String>(&mut self.nodes[i].connection())
-                .is_ok_and(|info| info.contains("cluster_state:ok"))
-        })
+        self.running().all(|i| says_ok(&self.nodes[i]))
     }
 
     fn running(&self) -> impl Iterator<Item = usize> + '_ {
@@ -193,6 +212,18 @@ impl RedisCluster {
     /// Every node's URL: a client needs any one of them.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// A [`ClusterBackend`] on this cluster, with default settings.
+    ///
+    /// # Panics
+    /// When it cannot connect.
+    pub async fn connect(&self) -> ClusterBackend {
+        let urls = self.urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        RedisBackend::connect_cluster(&urls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
     }
 
     /// `master` or `slave`, as node `i` says.

@@ -5,14 +5,13 @@
 //! attempt is not refused by its own orphaned token. Each node sits
 //! behind a fault proxy, and announces the proxy's port to clients.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::Error;
 use lock_core::backend::RedisBackend;
 use lock_core::counter::{Purchase, Stock};
 use lock_core::lock::Lock;
-use lock_tests::cluster::cli_binary;
+use lock_tests::cluster::create;
 use lock_tests::fault_proxy::{Fault, FaultProxy};
 use lock_tests::{RedisServer, ServerOptions};
 
@@ -46,32 +45,7 @@ impl ProxiedCluster {
                     .unwrap_or_else(|e| panic!("CONFIG SET {name}: {e}"));
             }
         }
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let out = Command::new(cli_binary())
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !nodes.iter().all(|n| {
-            redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query::<String>(&mut n.connection())
-                .is_ok_and(|info| info.contains("cluster_state:ok"))
-        }) {
-            assert!(Instant::now() < deadline, "the cluster never formed");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        create(&nodes, 0);
         ProxiedCluster {
             proxies,
             _nodes: nodes,
