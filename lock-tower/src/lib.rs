@@ -14,6 +14,7 @@ pub mod key;
 pub mod lock;
 mod metrics;
 pub mod rate_limit;
+mod request;
 mod response;
 
 pub use failure::{BREAKER_OPEN, MissingKey, OnBackendFailure};

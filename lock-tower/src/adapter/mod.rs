@@ -46,17 +46,15 @@ use lock_core::lock::LockBackend;
 use lock_core::rate::{Decision, RateBackend};
 
 mod handler;
-mod request;
 
 pub use self::handler::{HandlerDecision, HandlerLock};
-pub(crate) use self::request::record_route;
-pub use self::request::{Neutral, RequestInfo, RouteParams};
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 pub use crate::lock::LockVerdict;
 use crate::lock::{ConcurrencyLimitLayerWith, LockLayerWith};
 use crate::rate_limit::ErasedDecision;
 use crate::rate_limit::RateLimitLayerWith;
 pub use crate::rate_limit::RateVerdict;
+pub use crate::request::{Neutral, RequestInfo, RouteParams};
 #[cfg(doc)]
 use crate::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer};
 

@@ -31,8 +31,9 @@ use http::{Extensions, HeaderMap, Method, Request, Uri};
 pub use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
 pub use self::ip::{ClientIp, ForwardedHeader, PeerIp};
+pub(crate) use self::route::record_route;
 pub use self::route::{MatchedRoute, PathParam};
-use crate::adapter::{Neutral, RequestInfo};
+use crate::request::{Neutral, RequestInfo};
 
 /// The parts of a request a key extractor may look at.
 #[derive(Debug, Clone, Copy)]

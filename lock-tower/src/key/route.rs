@@ -128,3 +128,17 @@ fn no_route() -> Missing {
          records)",
     )
 }
+
+/// Has `R` record the route of `request` if `key` reads it: what a layer's
+/// service does before it takes the key.
+#[inline]
+pub(crate) fn record_route<R: crate::request::RequestInfo, B>(
+    key: &impl KeyExtractor,
+    request: http::Request<B>,
+) -> http::Request<B> {
+    if key.reads_route() {
+        R::record_route(request)
+    } else {
+        request
+    }
+}

@@ -12,9 +12,10 @@ use tower::Service;
 
 use super::acquire::Locking;
 use super::future::ResponseFuture;
-use crate::adapter::{Neutral, RequestInfo, record_route};
 use crate::body::GuardedBody;
+use crate::key::record_route;
 use crate::key::{KeyExtractor, RequestParts};
+use crate::request::{Neutral, RequestInfo};
 
 /// The service made by [`LockLayer`](super::LockLayer) and
 /// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).

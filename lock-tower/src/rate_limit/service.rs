@@ -13,8 +13,9 @@ use tower::Service;
 use super::RateVerdict as Verdict;
 use super::decide::{Limit, Now, Start};
 use super::future::ResponseFuture;
-use crate::adapter::{Neutral, RequestInfo, record_route};
+use crate::key::record_route;
 use crate::key::{KeyExtractor, RequestParts};
+use crate::request::{Neutral, RequestInfo};
 
 /// The service made by [`RateLimitLayer`](super::RateLimitLayer). Clones share
 /// the limiter, so limits hold across clones (and, on Redis, instances).

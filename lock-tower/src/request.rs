@@ -1,18 +1,16 @@
 //! The neutral types an adapter records in a request's extensions, and
 //! the [`RequestInfo`] through which the layers read a framework's own
-//! records (see the [module](super) docs).
+//! records (see [`adapter`](crate::adapter), which exports them).
 
 use std::net::SocketAddr;
 
 use http::{Extensions, Request};
 
-use crate::key::KeyExtractor;
-
 /// How a layer learns what a framework knows of a request: the peer's
 /// address and the matched route, which the key extractors read. It is the
-/// third parameter of [`LockLayerWith`](super::LockLayerWith),
-/// [`ConcurrencyLimitLayerWith`](super::ConcurrencyLimitLayerWith) and
-/// [`RateLimitLayerWith`](super::RateLimitLayerWith); lock-tower's own
+/// third parameter of [`LockLayerWith`](crate::lock::LockLayerWith),
+/// [`ConcurrencyLimitLayerWith`](crate::lock::ConcurrencyLimitLayerWith) and
+/// [`RateLimitLayerWith`](crate::rate_limit::RateLimitLayerWith); lock-tower's own
 /// [`LockLayer`](crate::LockLayer), [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer)
 /// and [`RateLimitLayer`](crate::RateLimitLayer) take [`Neutral`], and an
 /// adapter exports the same names with its own (lock-axum's read axum's
@@ -50,20 +48,6 @@ pub trait RequestInfo: Clone + std::fmt::Debug + Send + Sync + 'static {
 pub struct Neutral;
 
 impl RequestInfo for Neutral {}
-
-/// Has `R` record the route of `request` if `key` reads it: what a layer's
-/// service does before it takes the key.
-#[inline]
-pub(crate) fn record_route<R: RequestInfo, B>(
-    key: &impl KeyExtractor,
-    request: Request<B>,
-) -> Request<B> {
-    if key.reads_route() {
-        R::record_route(request)
-    } else {
-        request
-    }
-}
 
 /// The route a request matched and its path parameters, as an adapter
 /// records them in the request's extensions, for
