@@ -202,15 +202,23 @@ where
     RedisBackend<C>: RateBackend + LockBackend,
 {
     let mut figures: Vec<Figures> = Work::ALL.iter().map(|_| Figures::default()).collect();
-    for _ in 0..rounds {
-        let mut reference = f64::NAN;
-        for (work, figures) in Work::ALL.into_iter().zip(&mut figures) {
-            let (ns, rate) = measure(backend, work, run_for).await?;
-            if work == Work::Script {
-                reference = ns;
-            }
+    for round in 0..rounds {
+        // Every other round in the reverse order, so that no work always
+        // comes first or right after another.
+        let mut order: Vec<usize> = (0..Work::ALL.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let mut ns = [f64::NAN; Work::ALL.len()];
+        for i in order {
+            let (per_unit, rate) = measure(backend, Work::ALL[i], run_for).await?;
+            ns[i] = per_unit;
+            figures[i].rate.push(rate);
+        }
+        // Work::ALL[0] is redis-rs alone: the reference of the round.
+        let reference = ns[0];
+        for ((work, figures), ns) in Work::ALL.into_iter().zip(&mut figures).zip(ns) {
             figures.ns.push(ns);
-            figures.rate.push(rate);
             figures.ratio.push(ns / work.calls() / reference);
         }
     }
@@ -245,10 +253,13 @@ pub(super) async fn client_cpu(quick: bool) -> Result<(), Error> {
     let cluster = RedisCluster::start();
     let one = RedisBackend::connect(&server.url()).await?;
     let many = connect(&cluster).await?;
+    // Many short rounds rather than a few long ones: what the other
+    // processes on the machine do drifts from second to second, and a ratio
+    // within a round compares figures taken close together.
     let (n, run_for) = if quick {
-        (3, Duration::from_millis(700))
+        (5, Duration::from_millis(400))
     } else {
-        (7, Duration::from_millis(1500))
+        (15, Duration::from_millis(700))
     };
     println!(
         "CPU time of this process (every thread, from /proc/self/task/*/schedstat) per call, {CALLERS} tasks on the 2-thread runtime, {run_for:?} per figure, {n} interleaved rounds; the median round, quartiles in brackets. Ratio: per script call (a lock cycle is two) to redis-rs alone in the same round\n"
