@@ -18,7 +18,6 @@ use lock_tests::RedisServer;
 use lock_tests::cluster::RedisCluster;
 use redis::aio::ConnectionLike;
 
-use crate::cluster::connect;
 use crate::layers::gcra_policy;
 use crate::median_and_quartiles;
 
@@ -252,7 +251,7 @@ pub(super) async fn client_cpu(quick: bool) -> Result<(), Error> {
     let server = RedisServer::start();
     let cluster = RedisCluster::start();
     let one = RedisBackend::connect(&server.url()).await?;
-    let many = connect(&cluster).await?;
+    let many = cluster.connect().await;
     // Many short rounds rather than a few long ones: what the other
     // processes on the machine do drifts from second to second, and a ratio
     // within a round compares figures taken close together.
@@ -287,7 +286,7 @@ pub(super) async fn cpu_loop(mut args: impl Iterator<Item = String>) -> Result<(
     let run_for = Duration::from_secs_f64(args.next().ok_or(usage)?.parse()?);
     let (ns, rate) = if args.next().as_deref() == Some("cluster") {
         let cluster = RedisCluster::start();
-        measure(&connect(&cluster).await?, work, run_for).await?
+        measure(&cluster.connect().await, work, run_for).await?
     } else {
         let server = RedisServer::start();
         let backend = RedisBackend::connect(&server.url()).await?;

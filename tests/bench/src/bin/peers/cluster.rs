@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_bench::Error;
-use lock_core::backend::{ClusterBackend, RedisBackend};
+use lock_core::backend::RedisBackend;
 use lock_core::lock::{Lock, LockBackend, LockOptions};
 use lock_core::rate::{Algorithm, Policy, Quota, RateBackend, RateLimiter};
 use lock_tests::RedisServer;
@@ -67,18 +67,11 @@ async fn handoffs<B: LockBackend>(backend: &B, handoffs: usize) -> Result<Vec<Du
     Ok(samples)
 }
 
-/// A backend on `cluster`, given every node's URL.
-pub(super) async fn connect(cluster: &RedisCluster) -> Result<ClusterBackend, Error> {
-    let urls = cluster.urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    Ok(RedisBackend::connect_cluster(&urls).await?)
-}
-
 pub(super) async fn cluster(scale: &Scale, quick: bool) -> Result<(), Error> {
     let server = RedisServer::start();
     let cluster = RedisCluster::start();
     let one = RedisBackend::connect(&server.url()).await?;
-    let many = connect(&cluster).await?;
+    let many = cluster.connect().await;
     let run_for = Duration::from_millis(if quick { 700 } else { 2000 });
     const ROUNDS: usize = 3;
     println!(
