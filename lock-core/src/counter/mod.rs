@@ -142,24 +142,34 @@ pub enum Settle {
 /// [`RedisBackend`](crate::backend::RedisBackend) and
 /// [`MemoryBackend`](crate::backend::MemoryBackend). Arguments are validated
 /// by [`Stock`]; each method is one atomic round trip.
-#[allow(missing_docs)]
 pub trait CounterBackend: Clone + Send + Sync + 'static {
+    /// Creates `item` with `quantity` units available, or resets its
+    /// available stock (its live holds stay held).
     fn set(&self, item: &Name, quantity: u64) -> impl Future<Output = Result<()>> + Send;
     /// Creates `item` unless it exists; says whether it did.
     fn create(&self, item: &Name, quantity: u64) -> impl Future<Output = Result<bool>> + Send;
+    /// The available stock (after returning expired holds); `None` for an
+    /// unknown item.
     fn get(&self, item: &Name) -> impl Future<Output = Result<Option<u64>>> + Send;
+    /// Adds `quantity` units; returns the new available stock, `None` for
+    /// an unknown item (which is not created).
     fn restock(
         &self,
         item: &Name,
         quantity: u64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send;
-    /// With `op`, the outcome is remembered for the duration and replayed.
+    /// Takes `n` units if at least `n` remain. With `op` (an operation id
+    /// and how long to remember it), the outcome is remembered for that
+    /// long: a retry with the same id returns the first outcome and takes
+    /// nothing more.
     fn decrement(
         &self,
         item: &Name,
         n: u64,
         op: Option<(&Name, Duration)>,
     ) -> impl Future<Output = Result<Purchase>> + Send;
+    /// Holds `n` units for `order` for `hold`; they come back unless
+    /// confirmed.
     fn reserve(
         &self,
         item: &Name,
@@ -167,13 +177,17 @@ pub trait CounterBackend: Clone + Send + Sync + 'static {
         order: &Name,
         hold: Duration,
     ) -> impl Future<Output = Result<Reservation>> + Send;
+    /// Makes `order`'s hold final, remembering the confirmation for
+    /// `remember`.
     fn confirm(
         &self,
         item: &Name,
         order: &Name,
         remember: Duration,
     ) -> impl Future<Output = Result<Settle>> + Send;
+    /// Gives `order`'s held units back.
     fn cancel(&self, item: &Name, order: &Name) -> impl Future<Output = Result<Settle>> + Send;
+    /// Deletes `item` and its holds; says whether it existed.
     fn delete(&self, item: &Name) -> impl Future<Output = Result<bool>> + Send;
 }
 
