@@ -117,7 +117,9 @@ async fn a_master_short_of_replicas_refuses_writes() {
 async fn a_fair_handoff_waits_for_the_replica() {
     let (master, replica) = lock_tests::master_and_replica();
     let backend = RedisBackend::connect(&master.url()).await.expect("connect");
-    let synced = backend.clone().sync_replicas(1, Duration::from_millis(300));
+    // Long enough for a healthy replica on a loaded machine (300 ms once
+    // failed the first grant): the paused one never answers in time.
+    let synced = backend.clone().sync_replicas(1, Duration::from_secs(2));
     let options = LockOptions::new().lease(Duration::from_secs(30)).fair(true);
     let lock = Lock::with_options(synced.clone(), "fair-payout", options).expect("valid");
     let holder = lock.try_lock().await.expect("backend").expect("free");
@@ -127,7 +129,7 @@ async fn a_fair_handoff_waits_for_the_replica() {
     };
     // The waiter joins the line, then the replica is cut off and the
     // holder's release hands the lock over.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     replica.pause();
     assert!(holder.release().await.expect("backend"));
     let outcome = waiter.await.expect("join");
