@@ -10,6 +10,7 @@ pub mod backend;
 pub mod counter;
 pub mod error;
 pub mod lock;
+mod map;
 pub mod name;
 pub mod rate;
 mod time;

@@ -1,8 +1,6 @@
 //! The in-memory backend: the embedded default. Everything works with no
 //! Redis, for a single process.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use super::clock::{Clock, ManualClock};
@@ -10,15 +8,6 @@ use crate::counter::memory::CounterTable;
 use crate::lock::memory::LockTable;
 pub use crate::rate::memory::DEFAULT_MAX_KEYS;
 use crate::rate::memory::RateState;
-
-/// Gives back most of a map's room once a sweep (or a removal) has left it
-/// mostly empty (a hash map never shrinks by itself): after a burst of
-/// distinct names, the memory their entries took. Room for four times the
-/// live entries is kept, so that a map does not shrink and grow back in
-/// turn; a map that needs no shrinking costs a few instructions.
-pub(crate) fn shrink_swept<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
-    map.shrink_to(map.len().saturating_mul(4));
-}
 
 pub(crate) struct MemoryInner {
     pub(crate) locks: LockTable,

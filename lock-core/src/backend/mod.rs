@@ -30,7 +30,6 @@ pub use self::clock::ManualClock;
 pub use self::cluster::ClusterBackend;
 #[cfg(feature = "redis")]
 pub use self::config::RedisConfig;
-pub(crate) use self::memory::shrink_swept;
 pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryBuilder};
 #[cfg(feature = "redis")]
 pub(crate) use self::pubsub::Subscription;

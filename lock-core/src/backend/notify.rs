@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-use super::shrink_swept;
+use crate::map::shrink_swept;
 
 /// A lock handed over to a waiter, as its message said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

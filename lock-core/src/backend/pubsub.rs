@@ -33,8 +33,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 
 use super::notify::{Handed, WaitHandle, Waiters};
-use super::shrink_swept;
 use crate::error::{Error, Result};
+use crate::map::shrink_swept;
 
 #[derive(Default)]
 struct Conn {

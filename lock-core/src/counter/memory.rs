@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{CounterBackend, MAX_QUANTITY, Purchase, Reservation, Settle, too_much};
-use crate::backend::{MemoryBackend, shrink_swept};
+use crate::backend::MemoryBackend;
 use crate::error::Result;
+use crate::map::shrink_swept;
 use crate::name::Name;
 
 /// One item: the units on hand (not sold: available or held) and its holds.

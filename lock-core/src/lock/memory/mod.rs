@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::{AcquireRequest, Attempt, Kind, LockState, RELEASE_REMEMBERED};
 use crate::backend::notify::Waiters;
-use crate::backend::shrink_swept;
+use crate::map::shrink_swept;
 use crate::name::Name;
 use fair::Fair;
 use read_write::ReadWrite;
