@@ -11,6 +11,11 @@ use tokio::time::Instant;
 /// process's life, and short enough to add to any clock reading.
 pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// Longest lease accepted; also the longest a stock counter remembers an
+/// operation or holds units. (Here, below the primitives, as more than one
+/// reads it.)
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// `d` from now, with `d` capped at [`FOREVER`].
 pub(crate) fn deadline_after(d: Duration) -> Instant {
     Instant::now() + d.min(FOREVER)

@@ -57,6 +57,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::name::Name;
+use crate::time::MAX_LEASE;
 
 /// Largest quantity accepted, and the most an item may hold in all,
 /// available and held (2^53 - 1: exact in Lua's numbers).
@@ -209,7 +210,7 @@ fn quantity(argument: &'static str, n: u64) -> Result<u64> {
 }
 
 fn duration_ms(argument: &'static str, d: Duration) -> Result<Duration> {
-    if d < Duration::from_millis(1) || d > crate::lock::MAX_LEASE {
+    if d < Duration::from_millis(1) || d > MAX_LEASE {
         return Err(Error::invalid_argument(
             argument,
             "must be between 1 ms and a year",
@@ -230,7 +231,7 @@ impl<B: CounterBackend> Stock<B> {
 
     /// How long operation ids and confirmations are remembered; at least 1 ms.
     pub fn remember_for(mut self, remember: Duration) -> Self {
-        self.remember = remember.clamp(Duration::from_millis(1), crate::lock::MAX_LEASE);
+        self.remember = remember.clamp(Duration::from_millis(1), MAX_LEASE);
         self
     }
 

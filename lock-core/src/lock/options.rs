@@ -36,8 +36,7 @@ impl Lease {
     }
 }
 
-/// Longest lease accepted.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+pub use crate::time::MAX_LEASE;
 /// Default watchdog lease.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
