@@ -6,6 +6,7 @@
 // Keep the version in step with Cargo.toml's (major.minor).
 #![doc(html_root_url = "https://docs.rs/lock-core/0.1/")]
 
+mod any;
 pub mod backend;
 pub mod counter;
 pub mod error;

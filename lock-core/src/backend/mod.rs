@@ -3,7 +3,6 @@
 //! A backend is a cheap-to-clone handle; each primitive is implemented for
 //! each backend through its own trait (for locks, [`LockBackend`](crate::lock::LockBackend)).
 
-mod any;
 pub(crate) mod clock;
 #[cfg(feature = "redis")]
 mod cluster;
@@ -24,7 +23,6 @@ mod sentinel;
 #[cfg(feature = "redis")]
 mod version;
 
-pub use self::any::{AnyBackend, AnyWaiter};
 pub use self::clock::ManualClock;
 #[cfg(feature = "redis")]
 pub use self::cluster::ClusterBackend;
@@ -39,3 +37,4 @@ pub use self::redis::RedisBackend;
 pub use self::sentinel::{SentinelBackend, SentinelConnection};
 #[cfg(feature = "redis")]
 pub use self::version::MIN_REDIS_VERSION;
+pub use crate::any::{AnyBackend, AnyWaiter};

@@ -1,12 +1,16 @@
 //! A backend chosen at run time: memory, one Redis server, a cluster, or
 //! the master Sentinels name, as one type that every primitive and layer
 //! takes.
+//!
+//! It lives above the primitives, not in `backend/`, because it implements
+//! every primitive's backend trait; `backend/` (the transports) names no
+//! primitive. The public path stays `lock_core::backend::AnyBackend`.
 
 use std::time::Duration;
 
-use super::MemoryBackend;
+use crate::backend::MemoryBackend;
 #[cfg(feature = "redis")]
-use super::{ClusterBackend, RedisBackend, SentinelBackend};
+use crate::backend::{ClusterBackend, RedisBackend, SentinelBackend};
 use crate::counter::{CounterBackend, Purchase, Reservation, Settle};
 use crate::error::Result;
 #[cfg(feature = "redis")]
