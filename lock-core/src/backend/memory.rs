@@ -1,18 +1,87 @@
 //! The in-memory backend: the embedded default. Everything works with no
 //! Redis, for a single process.
+//!
+//! The backend is a store that knows none of the primitives (as
+//! `governor`'s state store knows nothing of its algorithm): each
+//! primitive keeps its in-memory state type in its own module, implements
+//! [`MemoryState`] for it, and asks [`MemoryBackend::state`] for it. The
+//! store makes one of each type on first use, from the backend's
+//! [`MemoryConfig`], and hands out the same one after that, without a lock.
 
-use std::sync::Arc;
+use std::any::{Any, TypeId};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use super::clock::{Clock, ManualClock};
-use crate::counter::memory::CounterTable;
-use crate::lock::memory::LockTable;
-pub use crate::rate::memory::DEFAULT_MAX_KEYS;
-use crate::rate::memory::RateState;
+
+/// Default cap on live callers per limiter quota in a memory backend.
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
+/// What the primitives' in-memory states read of the backend's settings.
+#[derive(Debug)]
+pub(crate) struct MemoryConfig {
+    /// The clock rate limits read.
+    pub(crate) clock: Clock,
+    /// The cap on live callers per limiter quota, at least 1.
+    pub(crate) max_keys: usize,
+}
+
+/// A primitive's in-memory state: one per backend, made on first use.
+pub(crate) trait MemoryState: Send + Sync + 'static {
+    /// A new, empty state under the backend's settings.
+    fn new(config: &MemoryConfig) -> Self;
+}
+
+/// How many state types one backend can hold: room to spare over the
+/// primitives of this crate (three today) and the tests' own.
+const SLOTS: usize = 8;
+
+/// One primitive's state, and its type.
+struct Entry {
+    id: TypeId,
+    state: Arc<dyn Any + Send + Sync>,
+}
 
 pub(crate) struct MemoryInner {
-    pub(crate) locks: LockTable,
-    pub(crate) rates: RateState,
-    pub(crate) counters: CounterTable,
+    config: MemoryConfig,
+    /// Filled in order, each once; read without a lock.
+    slots: [OnceLock<Entry>; SLOTS],
+    /// Taken only to fill a slot, so two types never race for one.
+    filling: Mutex<()>,
+}
+
+impl MemoryInner {
+    /// The entry of `T`, made on first use.
+    #[inline]
+    fn entry<T: MemoryState>(&self) -> &Entry {
+        let id = TypeId::of::<T>();
+        for slot in &self.slots {
+            match slot.get() {
+                Some(entry) if entry.id == id => return entry,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        self.fill::<T>()
+    }
+
+    #[cold]
+    fn fill<T: MemoryState>(&self) -> &Entry {
+        let id = TypeId::of::<T>();
+        let _filling = self.filling.lock().unwrap_or_else(PoisonError::into_inner);
+        for slot in &self.slots {
+            if let Some(entry) = slot.get() {
+                if entry.id == id {
+                    return entry;
+                }
+                continue;
+            }
+            return slot.get_or_init(|| Entry {
+                id,
+                state: Arc::new(T::new(&self.config)),
+            });
+        }
+        panic!("more than {SLOTS} in-memory state types: raise SLOTS")
+    }
 }
 
 /// In-memory backend. Cloning shares the state.
@@ -38,6 +107,21 @@ impl Default for MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// The state of type `T` (a primitive's), made on first use.
+    #[inline]
+    pub(crate) fn state<T: MemoryState>(&self) -> &T {
+        let state = &*self.inner.entry::<T>().state;
+        state
+            .downcast_ref()
+            .expect("a slot holds the type it names")
+    }
+
+    /// [`state`](Self::state), shared, for a handle to keep.
+    pub(crate) fn shared_state<T: MemoryState>(&self) -> Arc<T> {
+        let state = Arc::clone(&self.inner.entry::<T>().state);
+        state.downcast().expect("a slot holds the type it names")
+    }
+
     /// A new, empty backend.
     pub fn new() -> Self {
         Self::default()
@@ -95,9 +179,12 @@ impl MemoryBuilder {
         let clock = self.clock.map_or_else(Clock::default, Clock::Manual);
         MemoryBackend {
             inner: Arc::new(MemoryInner {
-                locks: LockTable::default(),
-                rates: RateState::new(clock, self.max_keys),
-                counters: CounterTable::default(),
+                config: MemoryConfig {
+                    clock,
+                    max_keys: self.max_keys.max(1),
+                },
+                slots: Default::default(),
+                filling: Mutex::new(()),
             }),
         }
     }
@@ -106,5 +193,51 @@ impl MemoryBuilder {
 impl std::fmt::Debug for MemoryBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryBackend").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Counting(std::sync::atomic::AtomicU32);
+
+    impl MemoryState for Counting {
+        fn new(_: &MemoryConfig) -> Self {
+            Counting::default()
+        }
+    }
+
+    struct MaxKeys(usize);
+
+    impl MemoryState for MaxKeys {
+        fn new(config: &MemoryConfig) -> Self {
+            MaxKeys(config.max_keys)
+        }
+    }
+
+    /// Each type gets one state, shared by the backend's clones, made from
+    /// the backend's settings.
+    #[test]
+    fn one_state_per_type_shared_by_clones() {
+        use std::sync::atomic::Ordering;
+        let backend = MemoryBackend::with_max_keys(7);
+        let clone = backend.clone();
+        backend
+            .state::<Counting>()
+            .0
+            .fetch_add(1, Ordering::Relaxed);
+        assert_eq!(clone.state::<Counting>().0.load(Ordering::Relaxed), 1);
+        assert_eq!(clone.state::<MaxKeys>().0, 7);
+        let shared = backend.shared_state::<Counting>();
+        assert!(std::ptr::eq(&*shared, backend.state::<Counting>()));
+        assert_eq!(
+            MemoryBackend::new()
+                .state::<Counting>()
+                .0
+                .load(Ordering::Relaxed),
+            0
+        );
     }
 }

@@ -29,6 +29,7 @@ pub use self::cluster::ClusterBackend;
 #[cfg(feature = "redis")]
 pub use self::config::RedisConfig;
 pub use self::memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryBuilder};
+pub(crate) use self::memory::{MemoryConfig, MemoryState};
 #[cfg(feature = "redis")]
 pub(crate) use self::pubsub::Subscription;
 #[cfg(feature = "redis")]

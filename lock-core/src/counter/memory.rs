@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{CounterBackend, MAX_QUANTITY, Purchase, Reservation, Settle, too_much};
-use crate::backend::MemoryBackend;
+use crate::backend::{MemoryBackend, MemoryConfig, MemoryState};
 use crate::error::Result;
 use crate::map::shrink_swept;
 use crate::name::Name;
@@ -83,6 +83,12 @@ pub(crate) struct CounterTable {
     state: Mutex<State>,
 }
 
+impl MemoryState for CounterTable {
+    fn new(_: &MemoryConfig) -> Self {
+        CounterTable::default()
+    }
+}
+
 impl CounterTable {
     /// Locks the state, sweeps expired memories now and then, and returns
     /// expired holds of `item` to its stock.
@@ -105,7 +111,7 @@ impl CounterTable {
 
 impl CounterBackend for MemoryBackend {
     async fn set(&self, item: &Name, quantity: u64) -> Result<()> {
-        self.inner.counters.with(item, |s, _| {
+        self.state::<CounterTable>().with(item, |s, _| {
             let it = s.items.entry(item.clone()).or_default();
             let on_hand = quantity + it.held;
             if on_hand > MAX_QUANTITY {
@@ -117,7 +123,7 @@ impl CounterBackend for MemoryBackend {
     }
 
     async fn create(&self, item: &Name, quantity: u64) -> Result<bool> {
-        Ok(self.inner.counters.with(item, |s, _| {
+        Ok(self.state::<CounterTable>().with(item, |s, _| {
             if s.items.contains_key(item) {
                 return false;
             }
@@ -132,13 +138,12 @@ impl CounterBackend for MemoryBackend {
 
     async fn get(&self, item: &Name) -> Result<Option<u64>> {
         Ok(self
-            .inner
-            .counters
+            .state::<CounterTable>()
             .with(item, |s, _| s.items.get(item).map(Item::available)))
     }
 
     async fn restock(&self, item: &Name, quantity: u64) -> Result<Option<u64>> {
-        self.inner.counters.with(item, |s, _| {
+        self.state::<CounterTable>().with(item, |s, _| {
             let Some(it) = s.items.get_mut(item) else {
                 return Ok(None);
             };
@@ -157,7 +162,7 @@ impl CounterBackend for MemoryBackend {
         n: u64,
         op: Option<(&Name, Duration)>,
     ) -> Result<Purchase> {
-        Ok(self.inner.counters.with(item, |s, now| {
+        Ok(self.state::<CounterTable>().with(item, |s, now| {
             let op_key = op.map(|(op, remember)| ((item.clone(), op.clone()), now + remember));
             let remembered = op_key
                 .as_ref()
@@ -200,7 +205,7 @@ impl CounterBackend for MemoryBackend {
         order: &Name,
         hold: Duration,
     ) -> Result<Reservation> {
-        Ok(self.inner.counters.with(item, |s, now| {
+        Ok(self.state::<CounterTable>().with(item, |s, now| {
             let confirmed = s
                 .confirmed
                 .get(&(item.clone(), order.clone()))
@@ -231,7 +236,7 @@ impl CounterBackend for MemoryBackend {
     }
 
     async fn confirm(&self, item: &Name, order: &Name, remember: Duration) -> Result<Settle> {
-        Ok(self.inner.counters.with(item, |s, now| {
+        Ok(self.state::<CounterTable>().with(item, |s, now| {
             let key = (item.clone(), order.clone());
             let sold = s.items.get_mut(item).and_then(|it| {
                 let quantity = it.unhold(order)?;
@@ -250,7 +255,7 @@ impl CounterBackend for MemoryBackend {
     }
 
     async fn cancel(&self, item: &Name, order: &Name) -> Result<Settle> {
-        Ok(self.inner.counters.with(item, |s, now| {
+        Ok(self.state::<CounterTable>().with(item, |s, now| {
             if let Some(it) = s.items.get_mut(item)
                 && it.unhold(order).is_some()
             {
@@ -269,8 +274,7 @@ impl CounterBackend for MemoryBackend {
 
     async fn delete(&self, item: &Name) -> Result<bool> {
         Ok(self
-            .inner
-            .counters
+            .state::<CounterTable>()
             .with(item, |s, _| s.items.remove(item).is_some()))
     }
 }
@@ -288,7 +292,7 @@ mod tests {
         backend.set(&item, MAX_QUANTITY).await.unwrap();
         let remember = Duration::from_millis(1);
         let room = || {
-            let state = backend.inner.counters.state.lock().unwrap();
+            let state = backend.state::<CounterTable>().state.lock().unwrap();
             (state.operations.len(), state.operations.capacity())
         };
         for i in 0..(2 * SWEEP_EVERY) {
@@ -327,7 +331,7 @@ mod tests {
                 .unwrap();
         }
         let holds = || {
-            let state = backend.inner.counters.state.lock().unwrap();
+            let state = backend.state::<CounterTable>().state.lock().unwrap();
             let it = &state.items[&item];
             (it.holds.len(), it.holds.capacity())
         };

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{fair_wake_key, wake_key};
+use super::{LockTable, fair_wake_key, wake_key};
 use crate::backend::MemoryBackend;
 use crate::backend::notify::WaitHandle;
 use crate::error::Result;
@@ -13,23 +13,23 @@ impl LockBackend for MemoryBackend {
     type Waiter = MemoryWaiter;
 
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
-        Ok(self.inner.locks.acquire(request))
+        Ok(self.state::<LockTable>().acquire(request))
     }
 
     async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
-        Ok(self.inner.locks.release(kind, name, token))
+        Ok(self.state::<LockTable>().release(kind, name, token))
     }
 
     async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
-        Ok(self.inner.locks.extend(kind, name, token, lease))
+        Ok(self.state::<LockTable>().extend(kind, name, token, lease))
     }
 
     async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
-        Ok(self.inner.locks.force_release(kind, name))
+        Ok(self.state::<LockTable>().force_release(kind, name))
     }
 
     async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
-        Ok(self.inner.locks.inspect(kind, name))
+        Ok(self.state::<LockTable>().inspect(kind, name))
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> MemoryWaiter {
@@ -38,7 +38,7 @@ impl LockBackend for MemoryBackend {
             _ => wake_key(kind, name),
         };
         MemoryWaiter {
-            handle: self.inner.locks.waiters.register(&key),
+            handle: self.state::<LockTable>().waiters.register(&key),
         }
     }
 }

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::{AcquireRequest, Attempt, Kind, LockState, RELEASE_REMEMBERED};
 use crate::backend::notify::Waiters;
+use crate::backend::{MemoryConfig, MemoryState};
 use crate::map::shrink_swept;
 use crate::name::Name;
 use fair::Fair;
@@ -76,6 +77,12 @@ pub(crate) struct LockTable {
     fence: AtomicU64,
     acquisitions: AtomicU64,
     waiters: Waiters,
+}
+
+impl MemoryState for LockTable {
+    fn new(_: &MemoryConfig) -> Self {
+        LockTable::default()
+    }
 }
 
 const SWEEP_EVERY: u64 = 1024;

@@ -32,13 +32,10 @@ use self::table::Table;
 use super::caller::CallerKey;
 use super::gcra::Step;
 use super::{Algorithm, Decision, Policy, RateBackend, RateRequest, decision};
-use crate::backend::MemoryBackend;
 use crate::backend::clock::Clock;
+use crate::backend::{MemoryBackend, MemoryConfig, MemoryState};
 use crate::error::Result;
 use crate::name::Name;
-
-/// Default cap on live callers per limiter quota in a memory backend.
-pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// Rate-limit state of one [`MemoryBackend`].
 pub(crate) struct RateState {
@@ -66,8 +63,12 @@ impl std::fmt::Debug for RateState {
 type QuotaOf = (Name, Arc<str>);
 
 /// What a limiter keeps of a memory backend for its scope and policy,
-/// found once and kept in the limiter.
-pub(crate) struct Binding(Bound);
+/// found once and kept in the limiter: with the backend's rate state
+/// itself, so that a decision asks the backend's store for nothing.
+pub(crate) struct Binding {
+    state: Arc<RateState>,
+    bound: Bound,
+}
 
 enum Bound {
     Gcra(Arc<QuotaLimiter>),
@@ -77,7 +78,7 @@ enum Bound {
 
 impl std::fmt::Debug for Binding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
+        f.write_str(match self.bound {
             Bound::Gcra(_) => "Gcra",
             Bound::SeveralGcra(_) => "SeveralGcra",
             Bound::Windows => "Windows",
@@ -87,19 +88,21 @@ impl std::fmt::Debug for Binding {
 
 const STRIPES: usize = 64;
 
-impl RateState {
-    pub(crate) fn new(clock: Clock, max_keys: usize) -> Self {
-        let max_keys = max_keys.max(1);
+impl MemoryState for RateState {
+    fn new(config: &MemoryConfig) -> Self {
+        let max_keys = config.max_keys.max(1);
         RateState {
             table: Table::new(max_keys),
-            clock,
+            clock: config.clock.clone(),
             max_keys,
             quotas: Mutex::default(),
             stripes: (0..STRIPES).map(|_| CachePadded::default()).collect(),
             hasher: ahash::RandomState::new(),
         }
     }
+}
 
+impl RateState {
     fn quota_limiter(&self, scope: &Name, policy: &Policy, index: usize) -> Arc<QuotaLimiter> {
         let suffix = policy.suffixes()[index].clone();
         let gcra = policy.gcras()[index];
@@ -110,8 +113,8 @@ impl RateState {
             .clone()
     }
 
-    fn bind(&self, scope: &Name, policy: &Policy) -> Binding {
-        Binding(match (policy.algorithm(), policy.quotas().len()) {
+    fn bind(&self, scope: &Name, policy: &Policy) -> Bound {
+        match (policy.algorithm(), policy.quotas().len()) {
             (Algorithm::Gcra, 1) => Bound::Gcra(self.quota_limiter(scope, policy, 0)),
             (Algorithm::Gcra, n) => {
                 let limiters: Box<[_]> = (0..n)
@@ -123,7 +126,7 @@ impl RateState {
                 Bound::SeveralGcra(limiters)
             }
             _ => Bound::Windows,
-        })
+        }
     }
 
     /// Forgets the caller under every quota of the request's policy.
@@ -144,23 +147,9 @@ impl RateState {
         &self.stripes[(hash >> 32) as usize % STRIPES]
     }
 
-    /// The limiter's binding, found on its first decision. Out of line:
-    /// the closure's captures would otherwise be copied out of the
-    /// request on every decision.
-    #[cold]
-    fn bind_once<'a>(&self, request: &RateRequest<'a>) -> &'a Binding {
-        request
-            .memo
-            .get_or_init(|| self.bind(request.scope, request.policy))
-    }
-
     #[inline]
-    fn decide(&self, request: &RateRequest<'_>) -> Decision {
-        let binding = match request.memo.get() {
-            Some(binding) => binding,
-            None => self.bind_once(request),
-        };
-        match &binding.0 {
+    fn decide(&self, request: &RateRequest<'_>, bound: &Bound) -> Decision {
+        match bound {
             // One quota that no policy of several quotas shares: governor
             // alone decides, with no lock of ours.
             Bound::Gcra(limiter) if !limiter.is_shared() && !request.at_most => {
@@ -303,18 +292,41 @@ fn gcra_decision(
     )
 }
 
+/// The limiter's binding, found on its first decision. Out of line: the
+/// closure's captures would otherwise be copied out of the request on
+/// every decision.
+#[cold]
+fn bind_once<'a>(backend: &MemoryBackend, request: &RateRequest<'a>) -> &'a Binding {
+    request.memo.get_or_init(|| {
+        let state = backend.shared_state::<RateState>();
+        let bound = state.bind(request.scope, request.policy);
+        Binding { state, bound }
+    })
+}
+
+/// Decides on the state the limiter's binding keeps (found on its first
+/// decision).
+#[inline]
+fn decide(backend: &MemoryBackend, request: &RateRequest<'_>) -> Decision {
+    let binding = match request.memo.get() {
+        Some(binding) => binding,
+        None => bind_once(backend, request),
+    };
+    binding.state.decide(request, &binding.bound)
+}
+
 impl RateBackend for MemoryBackend {
     async fn check(&self, request: &RateRequest<'_>) -> Result<Decision> {
-        Ok(self.inner.rates.decide(request))
+        Ok(decide(self, request))
     }
 
     async fn reset(&self, request: &RateRequest<'_>) -> Result<()> {
-        self.inner.rates.reset(request);
+        self.state::<RateState>().reset(request);
         Ok(())
     }
 
     #[inline]
     fn check_now(&self, request: &RateRequest<'_>) -> Option<Result<Decision>> {
-        Some(Ok(self.inner.rates.decide(request)))
+        Some(Ok(decide(self, request)))
     }
 }
