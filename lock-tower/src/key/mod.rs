@@ -19,18 +19,23 @@
 //! its network ([`KeyExtractor::with_caller`], a [`Caller`]): the same key
 //! as its text (`192.0.2.7`, `2001:db8:1:2::/64`), not written out.
 
+mod global;
+mod header;
 mod ip;
+mod path;
 mod route;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::header::HeaderName;
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 pub use lock_core::rate::{Caller, DEFAULT_V6_PREFIX};
 
+pub use self::global::GlobalKey;
+pub use self::header::HeaderKey;
 pub use self::ip::{ClientIp, ForwardedHeader, PeerIp};
+pub use self::path::PathKey;
 pub(crate) use self::route::record_route;
 pub use self::route::{MatchedRoute, PathParam};
 use crate::request::{Neutral, RequestInfo};
@@ -287,111 +292,6 @@ where
 {
     fn extract(&self, request: RequestParts<'_>) -> Option<String> {
         self(request)
-    }
-}
-
-/// A header's value, e.g. an API key; requests without it have no key.
-#[derive(Debug, Clone)]
-pub struct HeaderKey(HeaderName);
-
-impl HeaderKey {
-    /// Keys by `header`.
-    pub fn new(header: HeaderName) -> Self {
-        HeaderKey(header)
-    }
-}
-
-impl HeaderKey {
-    fn value<'r>(&self, request: RequestParts<'r>) -> Option<&'r str> {
-        let value = request.headers.get(&self.0)?.to_str().ok()?;
-        (!value.is_empty()).then_some(value)
-    }
-}
-
-impl KeyExtractor for HeaderKey {
-    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        self.value(request).map(str::to_owned)
-    }
-
-    fn missing(&self, _request: RequestParts<'_>) -> Missing {
-        Missing::request(format!(
-            "the `{}` header is missing, empty or not text",
-            self.0
-        ))
-    }
-
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(self.value(request))
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::Only(std::slice::from_ref(&self.0))
-    }
-
-    fn reads_route(&self) -> bool {
-        false
-    }
-}
-
-/// The request path (e.g. one lock per `/orders/42`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PathKey;
-
-impl KeyExtractor for PathKey {
-    fn extract(&self, request: RequestParts<'_>) -> Option<String> {
-        Some(request.uri.path().to_owned())
-    }
-
-    fn with_key<R>(&self, request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(Some(request.uri.path()))
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::None
-    }
-
-    fn reads_route(&self) -> bool {
-        false
-    }
-}
-
-/// The same key for every request: one limit for the whole service.
-#[derive(Debug, Clone)]
-pub struct GlobalKey(Arc<str>);
-
-impl GlobalKey {
-    /// The key `"global"`.
-    pub fn new() -> Self {
-        GlobalKey(Arc::from("global"))
-    }
-
-    /// A chosen constant key.
-    pub fn named(key: &str) -> Self {
-        GlobalKey(Arc::from(key))
-    }
-}
-
-impl Default for GlobalKey {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl KeyExtractor for GlobalKey {
-    fn extract(&self, _request: RequestParts<'_>) -> Option<String> {
-        Some(self.0.to_string())
-    }
-
-    fn with_key<R>(&self, _request: RequestParts<'_>, f: impl FnOnce(Option<&str>) -> R) -> R {
-        f(Some(&self.0))
-    }
-
-    fn headers_read(&self) -> HeadersRead<'_> {
-        HeadersRead::None
-    }
-
-    fn reads_route(&self) -> bool {
-        false
     }
 }
 
