@@ -58,94 +58,27 @@
 //! # Ok(()) }
 //! ```
 
+mod algorithm;
+pub mod backend;
 mod caller;
-mod gcra;
+mod decision;
 pub(crate) mod memory;
 mod quota;
 #[cfg(feature = "redis")]
 mod redis;
 
-use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+pub use self::algorithm::Algorithm;
+pub use self::backend::RateBackend;
+pub(crate) use self::backend::{Memo, RateRequest};
 pub use self::caller::{Caller, DEFAULT_V6_PREFIX};
-pub use self::quota::{Algorithm, MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
+pub use self::decision::Decision;
+pub(crate) use self::decision::decision;
+pub use self::quota::{MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
 use crate::error::Result;
 use crate::name::Name;
-
-/// The answer to "may this go ahead?".
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Decision {
-    /// Whether the call was allowed (and its cost consumed).
-    pub allowed: bool,
-    /// The limit of the deciding quota.
-    pub limit: u32,
-    /// Cost still available under the deciding quota right now.
-    pub remaining: u32,
-    /// Time until the deciding quota is fully available again.
-    pub reset_after: Duration,
-    /// When refused: wait at least this long before the same call can be
-    /// allowed (if nobody else consumes meanwhile). Zero when allowed.
-    pub retry_after: Duration,
-    /// The deciding quota: the one that refused (the one with the longest
-    /// wait, if several did), or when allowed the one with the least remaining.
-    pub quota: Quota,
-    /// The deciding quota's position in the policy.
-    pub quota_index: usize,
-    /// Units taken: the cost when allowed, 0 when refused; for
-    /// [`allow_at_most`](RateLimiter::allow_at_most), how many of the most
-    /// asked for.
-    pub granted: u32,
-}
-
-/// Where the in-memory backend keeps what it found for one limiter's scope
-/// and policy (that state's place), on first use, for the limiter's clones.
-pub(crate) type Memo = OnceLock<memory::Binding>;
-
-/// One decision a [`RateLimiter`] asks its backend for, validated: the
-/// caller's key fits the scope, and the cost is at most the policy's
-/// [`max_cost`](Policy::max_cost).
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct RateRequest<'a> {
-    /// The limiter's scope.
-    pub scope: &'a Name,
-    /// Who the decision is about.
-    pub caller: Caller<'a>,
-    /// What to enforce.
-    pub policy: &'a Policy,
-    /// How much to take (0 looks).
-    pub cost: u32,
-    /// Whether `cost` is the most to take: as many units as every quota
-    /// has room for, up to `cost` (allowed when at least one fits; a
-    /// refusal is decided as for one unit). The decision's
-    /// [`granted`](Decision::granted) says how many.
-    pub at_most: bool,
-    pub(crate) memo: &'a Memo,
-}
-
-/// A store that can make rate-limit decisions. Implemented by
-/// [`RedisBackend`](crate::backend::RedisBackend) and
-/// [`MemoryBackend`](crate::backend::MemoryBackend).
-pub trait RateBackend: Clone + Send + Sync + 'static {
-    /// Checks the caller against every quota of the policy at once, taking
-    /// the cost from all of them only if all allow it.
-    fn check(&self, request: &RateRequest<'_>) -> impl Future<Output = Result<Decision>> + Send;
-
-    /// Decides at once when the backend can do so without waiting (the
-    /// in-memory backend); `None` otherwise (the default). Middleware uses
-    /// it to skip the asynchronous machinery.
-    fn check_now(&self, request: &RateRequest<'_>) -> Option<Result<Decision>> {
-        let _ = request;
-        None
-    }
-
-    /// Forgets the caller's state under every quota of the policy: its next
-    /// call is decided as a new caller's. (The request's cost is not used.)
-    fn reset(&self, request: &RateRequest<'_>) -> impl Future<Output = Result<()>> + Send;
-}
 
 /// A rate limiter: a scope name (so several limiters can share a backend),
 /// a policy, and a backend. Cheap to clone; clones share state.
@@ -416,37 +349,5 @@ impl<B: RateBackend> RateLimiter<B> {
             let wait = decision.retry_after.max(Duration::from_micros(1));
             tokio::time::sleep_until((now + wait).min(deadline)).await;
         }
-    }
-}
-
-/// Builds a decision from what a backend worked out.
-#[inline]
-#[allow(clippy::too_many_arguments)] // the fields of a decision, in order
-pub(crate) fn decision(
-    policy: &Policy,
-    allowed: bool,
-    index: usize,
-    remaining: u64,
-    reset: Duration,
-    retry: Duration,
-    cost: u32,
-) -> Decision {
-    let index = index.min(policy.quotas().len() - 1);
-    let quota = policy.quotas()[index].clone();
-    Decision {
-        allowed,
-        limit: quota.limit(),
-        remaining: u32::try_from(remaining)
-            .unwrap_or(u32::MAX)
-            .min(quota.capacity()),
-        reset_after: reset,
-        retry_after: if allowed {
-            Duration::ZERO
-        } else {
-            retry.max(Duration::from_micros(1))
-        },
-        quota,
-        quota_index: index,
-        granted: if allowed { cost } else { 0 },
     }
 }

@@ -4,7 +4,8 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::gcra::Gcra;
+use super::algorithm::Algorithm;
+use super::algorithm::gcra::Gcra;
 use crate::error::{Error, Result};
 
 /// "`limit` per `period`": at most `limit` units of cost in any period (the
@@ -134,37 +135,6 @@ impl Quota {
     }
 }
 
-/// The rate-limiting algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// Counts cost in windows of each caller's own: a window starts at the
-    /// caller's first counted call and lasts one period (a counter set with
-    /// `PX <period>`, then `INCRBY`, in one script), not at a multiple of
-    /// the period on the clock. Cheapest; allows up to twice the limit
-    /// around the end of a window.
-    FixedWindow,
-    /// Counts the current window plus the previous one, weighted by how much
-    /// of it still overlaps the last period. Windows are aligned to Unix
-    /// time (whole periods since the epoch), the same for every caller.
-    /// Smooths the burst at a window's end.
-    SlidingWindow,
-    /// Generic cell rate algorithm: a theoretical arrival time per key; a
-    /// burst of `limit`, then one unit every `period / limit`. The default.
-    #[default]
-    Gcra,
-}
-
-impl Algorithm {
-    pub(crate) fn tag(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fw",
-            Algorithm::SlidingWindow => "sw",
-            Algorithm::Gcra => "gcra",
-        }
-    }
-}
-
 /// What a [`RateLimiter`](super::RateLimiter) enforces: an algorithm and one
 /// or more quotas, all checked in one atomic call.
 ///
@@ -209,7 +179,7 @@ impl Policy {
     pub fn quota(mut self, quota: Quota) -> Self {
         let mut suffix = format!(
             "{}:{}:{}",
-            self.algorithm.tag(),
+            self.algorithm.unit().tag,
             quota.limit(),
             quota.period_ms()
         );
@@ -254,24 +224,8 @@ impl Policy {
         if self.quotas.len() > MAX_QUOTAS {
             return Err(Error::invalid_argument("policy", "at most 16 quotas"));
         }
-        if self.algorithm != Algorithm::Gcra && self.quotas.iter().any(|q| q.burst.is_some()) {
-            return Err(Error::invalid_argument(
-                "quota",
-                "a burst apart from the rate needs GCRA (a window's burst is its limit)",
-            ));
-        }
-        if self.algorithm == Algorithm::Gcra
-            && self
-                .quotas
-                .iter()
-                .any(|q| u128::from(q.limit()) > q.period.as_micros())
-        {
-            return Err(Error::invalid_argument(
-                "quota",
-                "GCRA needs at most one unit per microsecond",
-            ));
-        }
-        Ok(())
+        let check = self.algorithm.unit().check_quota;
+        self.quotas.iter().try_for_each(check)
     }
 
     /// Key suffix of each quota: `<algorithm>:<limit>:<period ms>`.

@@ -1,20 +1,14 @@
-//! Rate limiting on Redis: one script per algorithm, every quota in one call.
+//! Rate limiting on Redis: the algorithm's script (see [`Unit`](super::algorithm::Unit)),
+//! every quota in one call.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{Algorithm, Decision, RateBackend, RateRequest, decision};
+use super::{Decision, RateBackend, RateRequest, decision};
 use crate::backend::RedisBackend;
-use crate::backend::script::{LuaScript, packed};
+use crate::backend::script::packed;
 use crate::error::{Error, Result};
-
-static FIXED_WINDOW: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[include_str!("fixed_window.lua")]));
-static SLIDING_WINDOW: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[include_str!("sliding_window.lua")]));
-static GCRA: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(&[include_str!("gcra.lua")]));
 
 impl<C> RateBackend for RedisBackend<C>
 where
@@ -22,12 +16,8 @@ where
 {
     async fn check(&self, request: &RateRequest<'_>) -> Result<Decision> {
         let policy = request.policy;
-        let script = match policy.algorithm() {
-            Algorithm::FixedWindow => &*FIXED_WINDOW,
-            Algorithm::SlidingWindow => &*SLIDING_WINDOW,
-            Algorithm::Gcra => &*GCRA,
-        };
-        let mut invocation = script.call();
+        let unit = policy.algorithm().unit();
+        let mut invocation = unit.script.call();
         if request.at_most {
             invocation.arg(-i64::from(request.cost));
         } else {
@@ -40,17 +30,7 @@ where
             }
         });
         for (quota, gcra) in policy.quotas().iter().zip(policy.gcras()) {
-            match policy.algorithm() {
-                Algorithm::Gcra => {
-                    invocation
-                        .arg(gcra.interval_ticks())
-                        .arg(gcra.window_ticks())
-                        .arg(1000 / gcra.tick_ns());
-                }
-                _ => {
-                    invocation.arg(quota.limit()).arg(quota.period_ms());
-                }
-            }
+            (unit.quota_args)(&mut invocation, quota, gcra);
         }
         let reply: redis::Value = self.invoke(invocation).await?;
         let [allowed, index, remaining, reset_us, retry_us, cost] = packed(&reply)?;

@@ -4,7 +4,46 @@
 //! same arithmetic in ticks; the in-memory backend hands a one-quota
 //! policy to `governor`, whose GCRA is the same, with this interval.
 
+use std::sync::LazyLock;
 use std::time::Duration;
+
+use super::Unit;
+use crate::backend::script::{Invocation, LuaScript, lua_script};
+use crate::error::{Error, Result};
+use crate::rate::Quota;
+
+static SCRIPT: LazyLock<LuaScript> = lua_script!("gcra.lua");
+
+/// GCRA, as the rate limiter runs it. In memory, the backend's keyed
+/// stores decide with this arithmetic ([`Gcra::step`]), and `governor`
+/// decides a one-quota policy with the same interval.
+pub(super) static UNIT: Unit = Unit {
+    tag: "gcra",
+    script: &SCRIPT,
+    quota_args,
+    check_quota,
+    window: None,
+};
+
+/// A quota's arguments to the script: its emission interval and burst
+/// window in ticks, and ticks per microsecond.
+fn quota_args(invocation: &mut Invocation<'_>, _quota: &Quota, gcra: &Gcra) {
+    invocation
+        .arg(gcra.interval_ticks())
+        .arg(gcra.window_ticks())
+        .arg(1000 / gcra.tick_ns());
+}
+
+/// An interval of a whole tick needs at most one unit per microsecond.
+fn check_quota(quota: &Quota) -> Result<()> {
+    if u128::from(quota.limit()) > quota.period().as_micros() {
+        return Err(Error::invalid_argument(
+            "quota",
+            "GCRA needs at most one unit per microsecond",
+        ));
+    }
+    Ok(())
+}
 
 /// The largest integer a Lua number (a double) holds exactly.
 const EXACT_IN_LUA: u64 = 1 << 53;

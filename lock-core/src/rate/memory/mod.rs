@@ -18,7 +18,6 @@
 
 mod keyed;
 mod table;
-mod window;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,9 +28,10 @@ use parking_lot::Mutex;
 
 use self::keyed::{QuotaLimiter, decide_all};
 use self::table::Table;
+use super::algorithm::Window;
+use super::algorithm::gcra::Step;
 use super::caller::CallerKey;
-use super::gcra::Step;
-use super::{Algorithm, Decision, Policy, RateBackend, RateRequest, decision};
+use super::{Decision, Policy, RateBackend, RateRequest, decision};
 use crate::backend::clock::Clock;
 use crate::backend::{MemoryBackend, MemoryConfig, MemoryState};
 use crate::error::Result;
@@ -73,7 +73,7 @@ pub(crate) struct Binding {
 enum Bound {
     Gcra(Arc<QuotaLimiter>),
     SeveralGcra(Box<[Arc<QuotaLimiter>]>),
-    Windows,
+    Windows(&'static Window),
 }
 
 impl std::fmt::Debug for Binding {
@@ -81,7 +81,7 @@ impl std::fmt::Debug for Binding {
         f.write_str(match self.bound {
             Bound::Gcra(_) => "Gcra",
             Bound::SeveralGcra(_) => "SeveralGcra",
-            Bound::Windows => "Windows",
+            Bound::Windows(_) => "Windows",
         })
     }
 }
@@ -114,9 +114,10 @@ impl RateState {
     }
 
     fn bind(&self, scope: &Name, policy: &Policy) -> Bound {
-        match (policy.algorithm(), policy.quotas().len()) {
-            (Algorithm::Gcra, 1) => Bound::Gcra(self.quota_limiter(scope, policy, 0)),
-            (Algorithm::Gcra, n) => {
+        match (&policy.algorithm().unit().window, policy.quotas().len()) {
+            (Some(window), _) => Bound::Windows(window),
+            (None, 1) => Bound::Gcra(self.quota_limiter(scope, policy, 0)),
+            (None, n) => {
                 let limiters: Box<[_]> = (0..n)
                     .map(|i| self.quota_limiter(scope, policy, i))
                     .collect();
@@ -125,7 +126,6 @@ impl RateState {
                 }
                 Bound::SeveralGcra(limiters)
             }
-            _ => Bound::Windows,
         }
     }
 
@@ -210,12 +210,12 @@ impl RateState {
                 };
                 gcra_decision(policy, index, &step, remaining[index], cost)
             }
-            Bound::Windows => {
+            Bound::Windows(window) => {
                 let now_us = self.clock.now_ns() / 1000;
                 let asked = (request.cost, at_most);
                 let outcome = self
                     .table
-                    .decide(request.scope, &key, policy, asked, now_us);
+                    .decide(window, request.scope, &key, policy, asked, now_us);
                 decision(
                     policy,
                     outcome.allowed,

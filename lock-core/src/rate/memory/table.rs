@@ -15,9 +15,10 @@ use crossbeam_utils::CachePadded;
 use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
 
-use super::window::{self, Entry, Outcome};
 use crate::name::Name;
 use crate::rate::Policy;
+use crate::rate::algorithm::Window;
+use crate::rate::algorithm::window::{self, Entry, Outcome};
 use crate::rate::caller::CallerKey;
 
 /// Where one quota of one caller is kept.
@@ -105,6 +106,7 @@ impl Table {
     /// microseconds), and stores what changed.
     pub(super) fn decide(
         &self,
+        window: &Window,
         scope: &Name,
         caller: &CallerKey,
         policy: &Policy,
@@ -127,6 +129,7 @@ impl Table {
                 let overflow = overflow();
                 let mut shard = self.shard(scope, &overflow).lock();
                 return decide_in(
+                    window,
                     &mut shard,
                     scope,
                     &overflow,
@@ -140,7 +143,15 @@ impl Table {
         if shard.decisions.is_multiple_of(SWEEP_EVERY) {
             self.sweep(&mut shard, now_us);
         }
-        decide_in(&mut shard, scope, caller, policy, (cost, at_most), now_us)
+        decide_in(
+            window,
+            &mut shard,
+            scope,
+            caller,
+            policy,
+            (cost, at_most),
+            now_us,
+        )
     }
 
     /// Forgets `caller` under every quota of `policy`.
@@ -173,6 +184,7 @@ impl Table {
 }
 
 fn decide_in(
+    window: &Window,
     shard: &mut Shard,
     scope: &Name,
     caller: &CallerKey,
@@ -196,7 +208,7 @@ fn decide_in(
                 .copied()
         })
         .collect();
-    let outcome = window::run(policy, &slots, cost, at_most, now_us);
+    let outcome = window::run(window, policy, &slots, cost, at_most, now_us);
     for (suffix, write) in policy.suffixes().iter().zip(&outcome.writes) {
         let Some(entry) = *write else { continue };
         match shard.entries.get_mut(&probe(suffix)) {
@@ -220,6 +232,15 @@ mod tests {
     use crate::rate::{Algorithm, Quota};
     use std::num::NonZeroU32;
 
+    fn window(policy: &Policy) -> &'static Window {
+        policy
+            .algorithm()
+            .unit()
+            .window
+            .as_ref()
+            .expect("a window algorithm")
+    }
+
     fn hourly(algorithm: Algorithm, limit: u32) -> Policy {
         Policy::new(algorithm).quota(Quota::per_hour(NonZeroU32::new(limit).unwrap()))
     }
@@ -232,13 +253,28 @@ mod tests {
         let scope = Name::new("scope").unwrap();
         let policy = hourly(Algorithm::FixedWindow, 2);
         let known = CallerKey::Text("known".into());
-        assert!(table.decide(&scope, &known, &policy, (2, false), 0).allowed);
+        assert!(
+            table
+                .decide(window(&policy), &scope, &known, &policy, (2, false), 0)
+                .allowed
+        );
         for i in 0..10_000 {
-            table.decide(&scope, &CallerKey::V4(i), &policy, (1, false), 1);
+            table.decide(
+                window(&policy),
+                &scope,
+                &CallerKey::V4(i),
+                &policy,
+                (1, false),
+                1,
+            );
         }
         // The cap, plus the overflow caller's entry.
         assert!(table.len() <= 1001, "{} entries", table.len());
-        assert!(!table.decide(&scope, &known, &policy, (1, false), 2).allowed);
+        assert!(
+            !table
+                .decide(window(&policy), &scope, &known, &policy, (1, false), 2)
+                .allowed
+        );
     }
 
     /// Expired entries are swept as the table goes, and the memory they
@@ -255,7 +291,14 @@ mod tests {
             .unwrap(),
         );
         for i in 0..20_000 {
-            table.decide(&scope, &CallerKey::V4(i), &policy, (1, false), 0);
+            table.decide(
+                window(&policy),
+                &scope,
+                &CallerKey::V4(i),
+                &policy,
+                (1, false),
+                0,
+            );
         }
         // One caller per shard, so that every shard sweeps whatever the
         // number of shards this machine's cores give.
@@ -275,7 +318,7 @@ mod tests {
         }
         for caller in &callers {
             for _ in 0..SWEEP_EVERY {
-                table.decide(&scope, caller, &policy, (1, false), later);
+                table.decide(window(&policy), &scope, caller, &policy, (1, false), later);
             }
         }
         assert!(

@@ -22,7 +22,7 @@ use crate::layers::gcra_policy;
 use crate::median_and_quartiles;
 
 /// Our GCRA script, as the decision sends it.
-const GCRA: &str = include_str!("../../../../../lock-core/src/rate/gcra.lua");
+const GCRA: &str = include_str!("../../../../../lock-core/src/rate/algorithm/gcra.lua");
 
 /// Concurrent callers, each with a key (or a lock) of its own.
 const CALLERS: usize = 256;
