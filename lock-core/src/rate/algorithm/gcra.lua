@@ -10,9 +10,6 @@
 -- Returns "allowed quota remaining reset retry cost": whether allowed, the
 -- deciding quota (0-based), remaining, reset and retry in us, the cost decided,
 -- as one string (read in one step by the client, unlike an array).
-local function answer(allowed, quota, remaining, reset, retry, cost)
-  return string.format('%d %d %d %d %d %d', allowed, quota, remaining, reset, retry, cost)
-end
 local cost = tonumber(ARGV[1])
 local at_most = cost < 0
 if at_most then cost = -cost end
@@ -24,6 +21,42 @@ local function div(a, b)
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
+end
+
+-- One quota, the common case: the steps below for one key, without the
+-- tables and closures they take for several (a fifth of the script's time
+-- in Redis).
+if #KEYS == 1 then
+  local interval = tonumber(ARGV[2])
+  local window = tonumber(ARGV[3])
+  local per_us = tonumber(ARGV[4])
+  local debt = 0
+  local s = redis.call('GET', KEYS[1])
+  if s then
+    local last, d = string.match(s, '^(%d+) (%d+)$')
+    if last then
+      debt = tonumber(d) - (now - tonumber(last)) * per_us
+      if debt < 0 then debt = 0 end
+    end
+  end
+  if at_most then
+    cost = math.max(math.min(cost, div(window - debt, interval)), 1)
+  end
+  local after = debt + cost * interval
+  local allowed, retry = 1, 0
+  if after > window then
+    allowed, retry = 0, after - window
+  elseif cost > 0 then
+    debt = after
+    redis.call('SET', KEYS[1], string.format('%d %d', now, debt),
+               'PX', div(debt + 1000 * per_us - 1, 1000 * per_us))
+  end
+  return string.format('%d 0 %d %d %d %d', allowed, div(window - debt, interval),
+                       div(debt + per_us - 1, per_us), div(retry + per_us - 1, per_us), cost)
+end
+
+local function answer(allowed, quota, remaining, reset, retry, cost)
+  return string.format('%d %d %d %d %d %d', allowed, quota, remaining, reset, retry, cost)
 end
 
 -- ceil(ticks / per_us), in microseconds.
