@@ -6,13 +6,16 @@
 use std::future::Future;
 use std::sync::OnceLock;
 
-use super::{Caller, Decision, Policy, memory};
+use super::caller::Caller;
+use super::decision::Decision;
+use super::memory::state::Binding;
+use super::policy::Policy;
 use crate::error::Result;
 use crate::name::Name;
 
 /// Where the in-memory backend keeps what it found for one limiter's scope
 /// and policy (that state's place), on first use, for the limiter's clones.
-pub(crate) type Memo = OnceLock<memory::Binding>;
+pub(crate) type Memo = OnceLock<Binding>;
 
 /// One decision a [`RateLimiter`](super::RateLimiter) asks its backend for, validated: the
 /// caller's key fits the scope, and the cost is at most the policy's

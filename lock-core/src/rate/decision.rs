@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::{Policy, Quota};
+use super::policy::Policy;
+use super::quota::Quota;
 
 /// The answer to "may this go ahead?".
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,10 @@
 //! no future for an in-memory decision, and a key checked and copied once
 //! for a Redis one.
 
-use super::caller::CallerKey;
-use super::{Caller, Decision, RateBackend, RateLimiter};
+use super::RateLimiter;
+use super::backend::RateBackend;
+use super::caller::{Caller, CallerKey};
+use super::decision::Decision;
 use crate::error::Result;
 
 /// What [`RateLimiter::check_or_defer`] found.

@@ -64,6 +64,7 @@ mod caller;
 mod decision;
 mod deferred;
 pub(crate) mod memory;
+mod policy;
 mod quota;
 #[cfg(feature = "redis")]
 mod redis;
@@ -76,9 +77,9 @@ pub use self::backend::RateBackend;
 pub(crate) use self::backend::{Memo, RateRequest};
 pub use self::caller::{Caller, DEFAULT_V6_PREFIX};
 pub use self::decision::Decision;
-pub(crate) use self::decision::decision;
 pub use self::deferred::{Checked, Deferred};
-pub use self::quota::{MAX_PERIOD, MAX_QUOTAS, Policy, Quota};
+pub use self::policy::{MAX_QUOTAS, Policy};
+pub use self::quota::{MAX_PERIOD, Quota};
 use crate::error::Result;
 use crate::name::Name;
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{Decision, RateBackend, RateRequest, decision};
+use super::backend::{RateBackend, RateRequest};
+use super::decision::{Decision, decision};
 use crate::backend::RedisBackend;
 use crate::backend::script::packed;
 use crate::error::{Error, Result};

@@ -10,7 +10,7 @@ use super::Unit;
 use super::gcra::Gcra;
 use super::window::{Entry, Outcome, Slot, first_max, first_min, ms_ceil};
 use crate::backend::script::{Invocation, LuaScript, lua_script};
-use crate::rate::{Policy, Quota};
+use crate::rate::quota::Quota;
 
 static SCRIPT: LazyLock<LuaScript> = lua_script!("fixed_window.lua");
 
@@ -43,11 +43,11 @@ fn room(quota: &Quota, slot: &Option<Entry>, _now_us: u64) -> u64 {
     }
 }
 
-fn fixed_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now: u64) -> Outcome {
+fn fixed_window(quotas: &[Quota], slots: &[Option<Entry>], cost: u64, now: u64) -> Outcome {
     // Per quota: limit, count, time left in the window (us).
     let mut state: Vec<(u64, u64, u64)> = Vec::with_capacity(slots.len());
     let mut allowed = true;
-    for (quota, slot) in policy.quotas().iter().zip(slots) {
+    for (quota, slot) in quotas.iter().zip(slots) {
         let period = quota.period_ms() * 1000;
         let (count, ttl) = match slot {
             Some(Entry {

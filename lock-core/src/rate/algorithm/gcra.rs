@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::Unit;
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::error::{Error, Result};
-use crate::rate::Quota;
+use crate::rate::quota::Quota;
 
 static SCRIPT: LazyLock<LuaScript> = lua_script!("gcra.lua");
 

@@ -17,7 +17,7 @@ use self::gcra::Gcra;
 use self::window::{Entry, Outcome};
 use crate::backend::script::{Invocation, LuaScript};
 use crate::error::Result;
-use crate::rate::{Policy, Quota};
+use crate::rate::quota::Quota;
 
 /// The rate-limiting algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -72,11 +72,16 @@ pub(crate) struct Unit {
     pub(crate) window: Option<Window>,
 }
 
+/// A window step: the quotas of a policy, the live state of each (in the
+/// same order), the cost and Unix time in microseconds.
+pub(crate) type WindowStep = fn(&[Quota], &[Option<Entry>], u64, u64) -> Outcome;
+
 /// A window algorithm's step in memory.
 pub(crate) struct Window {
-    /// Decides `cost` over the live state of every quota of a policy, at
+    /// Decides `cost` over the live state of every quota of a policy (in
+    /// order), at
     /// Unix time `now_us`, and says what to store.
-    pub(crate) decide: fn(&Policy, &[Option<Entry>], u64, u64) -> Outcome,
+    pub(crate) decide: WindowStep,
     /// The units one quota has room for at `now_us`.
     pub(crate) room: fn(&Quota, &Option<Entry>, u64) -> u64,
 }

@@ -10,7 +10,7 @@ use super::Unit;
 use super::gcra::Gcra;
 use super::window::{Entry, Outcome, Slot, first_max, first_min};
 use crate::backend::script::{Invocation, LuaScript, lua_script};
-use crate::rate::{Policy, Quota};
+use crate::rate::quota::Quota;
 
 static SCRIPT: LazyLock<LuaScript> = lua_script!("sliding_window.lua");
 
@@ -88,11 +88,11 @@ impl Seen {
     }
 }
 
-fn sliding_window(policy: &Policy, slots: &[Option<Entry>], cost: u64, now_us: u64) -> Outcome {
+fn sliding_window(quotas: &[Quota], slots: &[Option<Entry>], cost: u64, now_us: u64) -> Outcome {
     let now = now_us / 1000;
     let mut state: Vec<Sliding> = Vec::with_capacity(slots.len());
     let mut allowed = true;
-    for (quota, slot) in policy.quotas().iter().zip(slots) {
+    for (quota, slot) in quotas.iter().zip(slots) {
         let period = quota.period_ms();
         let limit = f64::from(quota.limit());
         let Seen {

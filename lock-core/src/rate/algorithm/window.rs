@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::Window;
-use crate::rate::Policy;
+use crate::rate::quota::Quota;
 
 /// The state of one quota of one caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,21 +47,20 @@ pub(crate) struct Outcome {
     pub(crate) cost: u32,
 }
 
-/// Runs `window`'s step (the policy's algorithm) over the live state of
-/// each quota, for `cost`, or with `at_most`, for as many units up to
+/// Runs `window`'s step over the live state of each of a policy's
+/// `quotas`, for `cost`, or with `at_most`, for as many units up to
 /// `cost` as every quota has room for (one when none has, to be refused as
 /// one would).
 pub(crate) fn run(
     window: &Window,
-    policy: &Policy,
+    quotas: &[Quota],
     slots: &[Option<Entry>],
     cost: u32,
     at_most: bool,
     now_us: u64,
 ) -> Outcome {
     let cost = if at_most {
-        let room = policy
-            .quotas()
+        let room = quotas
             .iter()
             .zip(slots)
             .map(|(quota, slot)| (window.room)(quota, slot, now_us))
@@ -71,7 +70,7 @@ pub(crate) fn run(
     } else {
         u64::from(cost)
     };
-    let mut outcome = (window.decide)(policy, slots, cost, now_us);
+    let mut outcome = (window.decide)(quotas, slots, cost, now_us);
     outcome.cost = u32::try_from(cost).unwrap_or(u32::MAX);
     outcome
 }

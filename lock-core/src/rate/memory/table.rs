@@ -16,10 +16,10 @@ use hashbrown::{Equivalent, HashMap};
 use parking_lot::Mutex;
 
 use crate::name::Name;
-use crate::rate::Policy;
 use crate::rate::algorithm::Window;
 use crate::rate::algorithm::window::{self, Entry, Outcome};
 use crate::rate::caller::CallerKey;
+use crate::rate::policy::Policy;
 
 /// Where one quota of one caller is kept.
 #[derive(PartialEq, Eq)]
@@ -208,7 +208,7 @@ fn decide_in(
                 .copied()
         })
         .collect();
-    let outcome = window::run(window, policy, &slots, cost, at_most, now_us);
+    let outcome = window::run(window, policy.quotas(), &slots, cost, at_most, now_us);
     for (suffix, write) in policy.suffixes().iter().zip(&outcome.writes) {
         let Some(entry) = *write else { continue };
         match shard.entries.get_mut(&probe(suffix)) {
