@@ -21,7 +21,7 @@ pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-rateli
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// Whole seconds, rounded up (so waiting that long is always enough).
-pub fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
@@ -45,7 +45,7 @@ fn sf_string(s: &str) -> String {
 
 /// The name a quota is shown under: its own, else `default` (one quota) or
 /// `q<index>`.
-pub fn quota_name(policy: &Policy, quota: &Quota) -> String {
+pub(crate) fn quota_name(policy: &Policy, quota: &Quota) -> String {
     if let Some(name) = quota.name() {
         return name.to_owned();
     }
@@ -62,7 +62,7 @@ pub fn quota_name(policy: &Policy, quota: &Quota) -> String {
 /// of the process, so the value goes out on every response without a copy
 /// or a shared reference count. Policies are configuration, so the set stays
 /// small.
-pub fn policy_value(policy: &Policy) -> HeaderValue {
+pub(crate) fn policy_value(policy: &Policy) -> HeaderValue {
     let items: Vec<String> = policy
         .quotas()
         .iter()
@@ -105,7 +105,7 @@ fn intern(text: String) -> &'static str {
 }
 
 /// The structured-field string naming each quota of `policy`, by position.
-pub fn quota_labels(policy: &Policy) -> Vec<String> {
+pub(crate) fn quota_labels(policy: &Policy) -> Vec<String> {
     policy
         .quotas()
         .iter()
@@ -113,16 +113,33 @@ pub fn quota_labels(policy: &Policy) -> Vec<String> {
         .collect()
 }
 
-/// Adds the rate-limit fields of `decision` to `headers`; `labels` are the
-/// policy's [`quota_labels`].
-pub fn apply(
-    headers: &mut HeaderMap,
-    labels: &[String],
-    policy_value: &HeaderValue,
-    decision: &Decision,
-    legacy: bool,
-) {
-    Fields::new(labels, policy_value, decision, legacy).insert_into(headers);
+/// Adds to `headers` the rate-limit fields the layers send for `decision`,
+/// from a limiter with `policy`: `RateLimit`, `RateLimit-Policy`, and
+/// `Retry-After` when it was refused. For a response of your own, such as
+/// one from a handler that asks a
+/// [`RateLimiter`](lock_core::rate::RateLimiter) itself.
+///
+/// ```
+/// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// use std::num::NonZeroU32;
+/// use lock_axum::backend::MemoryBackend;
+/// use lock_axum::rate::{Algorithm, Policy, Quota, RateLimiter};
+///
+/// let policy = Policy::new(Algorithm::Gcra).quota(Quota::per_minute(NonZeroU32::new(1).unwrap()));
+/// let limiter = RateLimiter::new(MemoryBackend::new(), "export", policy)?;
+/// limiter.check("user:7").await?;
+/// let refused = limiter.check("user:7").await?;
+/// let mut headers = http::HeaderMap::new();
+/// lock_tower::headers::insert(&mut headers, limiter.policy(), &refused);
+/// assert_eq!(headers["ratelimit-policy"], "\"default\";q=1;w=60");
+/// assert_eq!(headers["retry-after"], "60");
+/// # Ok(()) }
+/// ```
+pub fn insert(headers: &mut HeaderMap, policy: &Policy, decision: &Decision) {
+    let labels = quota_labels(policy);
+    Fields::new(&labels, &policy_value(policy), decision, false).insert_into(headers);
 }
 
 /// The rate-limit fields of one decision, built as soon as it is known, so
@@ -197,7 +214,7 @@ impl Fields {
 }
 
 /// `Retry-After` in whole seconds, rounded up, at least 1.
-pub fn retry_after(d: Duration) -> HeaderValue {
+pub(crate) fn retry_after(d: Duration) -> HeaderValue {
     HeaderValue::from(retry_secs(d))
 }
 
@@ -216,6 +233,7 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
         assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
         assert_eq!(retry_after(Duration::ZERO), HeaderValue::from(1));
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
     }
 
     #[test]
@@ -230,13 +248,7 @@ mod tests {
         .unwrap();
         let decision = limiter.check_now("k", 3).unwrap().unwrap();
         let mut headers = HeaderMap::new();
-        apply(
-            &mut headers,
-            &quota_labels(&policy),
-            &policy_value(&policy),
-            &decision,
-            false,
-        );
+        insert(&mut headers, &policy, &decision);
         assert_eq!(headers[&RATELIMIT], "\"default\";r=7;t=18");
         assert_eq!(headers[&RATELIMIT_POLICY], "\"default\";q=10;w=60");
         assert!(headers.get(RETRY_AFTER).is_none());

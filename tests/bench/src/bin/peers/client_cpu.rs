@@ -4,6 +4,16 @@
 //! very connection our backend uses (a `ConnectionManager` on one server,
 //! a cluster connection on the cluster), calling a one-`INCR` script by
 //! `EVALSHA` as redis-rs's `Script` does.
+//!
+//! Closed loop, every caller calls again as soon as it is answered, so a
+//! server that works longer per call (our GCRA script against one `INCR`)
+//! answers fewer calls a second, and the client's threads park and wake
+//! more often per call: that shows in the client's CPU per call although
+//! the client does no more. So each setup is also measured **paced**: every
+//! row at the same rate of script calls, [`PACE`], well below what any row
+//! reaches, with the CPU of the pacing alone (the same tasks waking on
+//! the same schedule and calling nothing) measured in the same round and
+//! taken off each row before the ratio.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,9 +37,16 @@ const GCRA: &str = include_str!("../../../../../lock-core/src/rate/algorithm/gcr
 /// Concurrent callers, each with a key (or a lock) of its own.
 const CALLERS: usize = 256;
 
+/// Script calls per second, all callers together, in the paced rounds:
+/// under a third of the slowest row's closed-loop rate on this machine.
+const PACE: f64 = 40_000.0;
+
 /// What the callers do, one call (or cycle) at a time.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Work {
+    /// Nothing: a paced caller wakes on its schedule and calls nothing,
+    /// what the pacing itself costs.
+    Pacing,
     /// redis-rs alone: `EVALSHA` of a one-`INCR` script.
     Script,
     /// redis-rs alone: `EVALSHA` of our GCRA script, with the keys and
@@ -45,7 +62,9 @@ enum Work {
 }
 
 impl Work {
-    const ALL: [Work; 5] = [
+    /// The pacing first and redis-rs alone second: [`rounds`] counts on it.
+    const ALL: [Work; 6] = [
+        Work::Pacing,
         Work::Script,
         Work::GcraScript,
         Work::Decision,
@@ -59,6 +78,7 @@ impl Work {
 
     fn name(self) -> &'static str {
         match self {
+            Work::Pacing => "pacing",
             Work::Script => "script",
             Work::GcraScript => "gcra-script",
             Work::Decision => "decision",
@@ -69,6 +89,7 @@ impl Work {
 
     fn label(self) -> &'static str {
         match self {
+            Work::Pacing => "the pacing alone (no call), per unit",
             Work::Script => "redis-rs alone, `EVALSHA` of a one-`INCR` script",
             Work::GcraScript => "redis-rs alone, `EVALSHA` of our GCRA script",
             Work::Decision => "ours, GCRA decision",
@@ -80,7 +101,7 @@ impl Work {
     /// Script calls per unit of work.
     fn calls(self) -> f64 {
         match self {
-            Work::Script | Work::GcraScript | Work::Decision => 1.0,
+            Work::Pacing | Work::Script | Work::GcraScript | Work::Decision => 1.0,
             Work::Cycle | Work::CycleWatchdog => 2.0,
         }
     }
@@ -112,11 +133,14 @@ fn cpu_since(before: &HashMap<u32, u64>) -> Result<u64, Error> {
 }
 
 /// Client CPU nanoseconds per unit of `work` and units per second, with
-/// [`CALLERS`] tasks at once for `run_for`.
+/// [`CALLERS`] tasks at once for `run_for`: each calling again as soon as
+/// it is answered, or with `paced`, all together at [`PACE`] script calls a
+/// second, each on a schedule of its own.
 async fn measure<C>(
     backend: &RedisBackend<C>,
     work: Work,
     run_for: Duration,
+    paced: bool,
 ) -> Result<(f64, f64), Error>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -131,6 +155,10 @@ where
     let limiter = RateLimiter::new(backend.clone(), "cpu", gcra_policy())?;
     let fixed = LockOptions::new().lease(Duration::from_secs(10));
     let mut tasks = Vec::with_capacity(CALLERS);
+    // Each caller's period, and where in it the caller starts: the calls
+    // spread evenly over time.
+    let period = Duration::from_secs_f64(CALLERS as f64 * work.calls() / PACE);
+    let first = tokio::time::Instant::now();
     for caller in 0..CALLERS {
         let (stop, done, script) = (stop.clone(), done.clone(), script.clone());
         let (backend, limiter) = (backend.clone(), limiter.clone());
@@ -139,10 +167,16 @@ where
             Work::CycleWatchdog => Lock::new(backend.clone(), &key)?,
             _ => Lock::with_options(backend.clone(), &key, fixed)?,
         };
+        let mut next = first + period.mul_f64(caller as f64 / CALLERS as f64);
         tasks.push(tokio::spawn(async move {
             let mut conn = backend.connection();
             while !stop.load(Ordering::Relaxed) {
+                if paced || work == Work::Pacing {
+                    tokio::time::sleep_until(next).await;
+                    next += period;
+                }
                 match work {
+                    Work::Pacing => {}
                     Work::Script => {
                         let _: i64 = script.key(&key).invoke_async(&mut conn).await?;
                     }
@@ -190,11 +224,14 @@ where
 
 /// One setup's figures, over interleaved rounds: per work, the CPU per
 /// unit of each round and its ratio to redis-rs alone per script call
-/// (per unit divided by its calls) in the same round.
+/// (per unit divided by its calls) in the same round; `paced`, each row's
+/// CPU less the pacing's before the ratio (the pacing row is run only
+/// then).
 async fn rounds<C>(
     backend: &RedisBackend<C>,
     rounds: usize,
     run_for: Duration,
+    paced: bool,
 ) -> Result<Vec<Figures>, Error>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -208,17 +245,23 @@ where
         if round % 2 == 1 {
             order.reverse();
         }
-        let mut ns = [f64::NAN; Work::ALL.len()];
+        let mut ns = [0.0; Work::ALL.len()];
         for i in order {
-            let (per_unit, rate) = measure(backend, Work::ALL[i], run_for).await?;
+            if Work::ALL[i] == Work::Pacing && !paced {
+                continue;
+            }
+            let (per_unit, rate) = measure(backend, Work::ALL[i], run_for, paced).await?;
             ns[i] = per_unit;
             figures[i].rate.push(rate);
         }
-        // Work::ALL[0] is redis-rs alone: the reference of the round.
-        let reference = ns[0];
+        // Work::ALL[0] is the pacing, Work::ALL[1] redis-rs alone: the
+        // reference of the round.
+        let pacing = ns[0];
+        let net = |work: Work, ns: f64| (ns - pacing * work.calls()) / work.calls();
+        let reference = net(Work::Script, ns[1]);
         for ((work, figures), ns) in Work::ALL.into_iter().zip(&mut figures).zip(ns) {
             figures.ns.push(ns);
-            figures.ratio.push(ns / work.calls() / reference);
+            figures.ratio.push(net(work, ns) / reference);
         }
     }
     Ok(figures)
@@ -261,15 +304,37 @@ pub(super) async fn client_cpu(quick: bool) -> Result<(), Error> {
         (15, Duration::from_millis(700))
     };
     println!(
-        "CPU time of this process (every thread, from /proc/self/task/*/schedstat) per call, {CALLERS} tasks on the 2-thread runtime, {run_for:?} per figure, {n} interleaved rounds; the median round, quartiles in brackets. Ratio: per script call (a lock cycle is two) to redis-rs alone in the same round\n"
+        "CPU time of this process (every thread, from /proc/self/task/*/schedstat) per call, {CALLERS} tasks on the 2-thread runtime, {run_for:?} per figure, {n} interleaved rounds; the median round, quartiles in brackets. Ratio: per script call (a lock cycle is two) to redis-rs alone in the same round. Closed loop (each task calls again when answered), then paced ({PACE:.0} script calls/s in all)\n"
     );
-    for (label, figures) in [
-        ("one server", rounds(&one, n, run_for).await?),
-        ("cluster (3 masters)", rounds(&many, n, run_for).await?),
+    for (label, figures, paced) in [
+        ("one server", rounds(&one, n, run_for, false).await?, false),
+        (
+            "cluster (3 masters)",
+            rounds(&many, n, run_for, false).await?,
+            false,
+        ),
+        (
+            "one server, paced",
+            rounds(&one, n, run_for, true).await?,
+            true,
+        ),
+        (
+            "cluster (3 masters), paced",
+            rounds(&many, n, run_for, true).await?,
+            true,
+        ),
     ] {
-        println!("| {label}: client CPU per call | µs | per second | ratio per call |");
+        let ratio = if paced {
+            "ratio per call, the pacing taken off"
+        } else {
+            "ratio per call"
+        };
+        println!("| {label}: client CPU per call | µs | per second | {ratio} |");
         println!("|---|---:|---:|---:|");
         for (work, figures) in Work::ALL.into_iter().zip(&figures) {
+            if work == Work::Pacing && !paced {
+                continue;
+            }
             println!("| {} | {} |", work.label(), figures.cells());
         }
         println!();
@@ -286,11 +351,11 @@ pub(super) async fn cpu_loop(mut args: impl Iterator<Item = String>) -> Result<(
     let run_for = Duration::from_secs_f64(args.next().ok_or(usage)?.parse()?);
     let (ns, rate) = if args.next().as_deref() == Some("cluster") {
         let cluster = RedisCluster::start();
-        measure(&cluster.connect().await, work, run_for).await?
+        measure(&cluster.connect().await, work, run_for, false).await?
     } else {
         let server = RedisServer::start();
         let backend = RedisBackend::connect(&server.url()).await?;
-        measure(&backend, work, run_for).await?
+        measure(&backend, work, run_for, false).await?
     };
     println!(
         "{}: {:.2} µs CPU per unit, {rate:.0}/s",
