@@ -14,8 +14,8 @@ use crate::backend::{ClusterBackend, RedisBackend, SentinelBackend};
 use crate::counter::{CounterBackend, Purchase, Reservation, Settle};
 use crate::error::Result;
 #[cfg(feature = "redis")]
-use crate::lock::RedisWaiter;
-use crate::lock::{
+use crate::lock::backend::RedisWaiter;
+use crate::lock::backend::{
     AcquireRequest, Attempt, Handoff, Kind, LockBackend, LockState, MemoryWaiter, ReleaseWaiter,
 };
 use crate::name::Name;

@@ -96,7 +96,7 @@ pub async fn a_retried_release_gets_the_same_answer<B: LockBackend>(backend: B) 
     second.release().await.expect("backend");
 }
 
-fn first_kind<B: LockBackend>(lock: &Lock<B>) -> lock_core::lock::Kind {
+fn first_kind<B: LockBackend>(lock: &Lock<B>) -> lock_core::lock::backend::Kind {
     lock.kind()
 }
 

@@ -6,8 +6,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use lock_core::lock::backend::Kind;
 use lock_core::lock::{
-    Kind, Lock, LockBackend, LockOptions, MultiLock, Owner, ReadWriteLock, ReentrantLock, Semaphore,
+    Lock, LockBackend, LockOptions, MultiLock, Owner, ReadWriteLock, ReentrantLock, Semaphore,
 };
 
 /// The waits every acquire is tried with: none, a tiny one, and the longest.

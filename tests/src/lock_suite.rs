@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::Error;
-use lock_core::lock::{Kind, Lock, LockBackend, LockOptions};
+use lock_core::lock::backend::Kind;
+use lock_core::lock::{Lock, LockBackend, LockOptions};
 use rand::Rng;
 
 pub use crate::guarantees_suite::*;

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::lock::{FAIR_SLOT, LockBackend, LockOptions, Owner, ReadWriteLock};
+use lock_core::lock::backend::FAIR_SLOT;
+use lock_core::lock::{LockBackend, LockOptions, Owner, ReadWriteLock};
 
 use crate::within;
 

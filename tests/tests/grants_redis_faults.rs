@@ -11,7 +11,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lock_core::backend::{RedisBackend, RedisConfig};
-use lock_core::lock::{FAIR_SLOT, Lock, LockGuard, LockOptions, Owner, ReentrantLock, Semaphore};
+use lock_core::lock::backend::FAIR_SLOT;
+use lock_core::lock::{Lock, LockGuard, LockOptions, Owner, ReentrantLock, Semaphore};
 use lock_tests::latency::DelayProxy;
 use lock_tests::{RedisServer, redis_backend};
 use rand::Rng;

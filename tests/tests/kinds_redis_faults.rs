@@ -187,7 +187,7 @@ async fn far_waiter_listens(server: &RedisServer, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_release_hands_the_lock_to_the_first_waiter() {
     let (server, _proxy, backend, far) = near_and_far().await;
-    let claim = lock_core::lock::HANDOFF_CLAIM;
+    let claim = lock_core::lock::backend::HANDOFF_CLAIM;
     let fair = LockOptions::new().fencing(true).fair(true);
     for (name, options) in [
         ("hand-fixed", fair.lease(Duration::from_secs(10))),
@@ -348,7 +348,7 @@ async fn a_fair_waiter_that_missed_its_handoff_takes_it_at_its_next_attempt() {
     assert_eq!(killed, 1);
     let holder_fence = holder.fencing_token();
     assert!(holder.release().await.expect("backend"));
-    let claim = lock_core::lock::HANDOFF_CLAIM;
+    let claim = lock_core::lock::backend::HANDOFF_CLAIM;
     // About 0.9 s here (reconnect, subscribe and attempt, 300 ms each
     // through the proxy), where the claim alone lapses after 2 s.
     let what = "the waiter (did its attempt not see the lock was its own?)";

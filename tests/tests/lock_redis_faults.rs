@@ -186,7 +186,8 @@ async fn every_key_written_has_a_ttl() {
     let remembered_key = format!("lock:{{ttl}}:lock:last:{guard_token}");
     assert_eq!(keys, ["lock:{ttl}:fence", remembered_key.as_str()]);
     let ttl: i64 = conn.pttl(&remembered_key).expect("PTTL");
-    let remembered = i64::try_from(lock_core::lock::RELEASE_REMEMBERED.as_millis()).expect("ms");
+    let remembered =
+        i64::try_from(lock_core::lock::backend::RELEASE_REMEMBERED.as_millis()).expect("ms");
     assert!(ttl > 0 && ttl <= remembered, "the latch's PTTL is {ttl}");
 }
 

@@ -86,7 +86,7 @@
 //! ```
 
 mod acquire;
-mod backend;
+pub mod backend;
 mod fencing;
 mod guard;
 pub(crate) mod memory;
@@ -108,19 +108,13 @@ mod watchdog;
 
 use std::time::Duration;
 
-pub use self::backend::{
-    AcquireRequest, Attempt, Handoff, Kind, LockBackend, LockState, ReleaseWaiter,
-};
+pub use self::backend::LockBackend;
+use self::backend::{AcquireRequest, Attempt, Kind, LockState, ReleaseWaiter};
 pub use self::fencing::{Fence, StaleToken};
 pub use self::guard::LockGuard;
-pub use self::memory::MemoryWaiter;
 pub use self::multi::{MultiGuard, MultiLock};
-pub use self::options::{
-    DEFAULT_LEASE, FAIR_SLOT, HANDOFF_CLAIM, Lease, LockOptions, MAX_LEASE, RELEASE_REMEMBERED,
-};
+pub use self::options::{DEFAULT_LEASE, Lease, LockOptions, MAX_LEASE};
 pub use self::read_write::ReadWriteLock;
-#[cfg(feature = "redis")]
-pub use self::redis_waiter::{RedisWaiter, RedlockWaiter};
 #[cfg(feature = "redis")]
 pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock};
 pub use self::reentrant::{Owner, ReentrantLock};

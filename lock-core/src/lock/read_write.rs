@@ -14,7 +14,7 @@ use crate::name::Name;
 /// * **Writers are not starved.** A writer that finds readers waits ahead
 ///   of every reader that comes after it: new readers are refused until it
 ///   has had its turn (its place lapses after
-///   [`FAIR_SLOT`](super::FAIR_SLOT) without a retry, so a crashed writer
+///   [`FAIR_SLOT`](super::backend::FAIR_SLOT) without a retry, so a crashed writer
 ///   does not hold readers back for long). Readers already in finish
 ///   first; a writer waits for at most one batch of readers.
 /// * **Reentrant for one [`Owner`].** An owner that holds either side

@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::redis_waiter::RedisWaiter;
-use super::{
+use super::backend::{
     AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Kind, LockBackend, LockState,
-    RELEASE_REMEMBERED,
+    RELEASE_REMEMBERED, RedisWaiter,
 };
 use crate::backend::RedisBackend;
 use crate::backend::script::{Invocation, LuaScript, lua_script};

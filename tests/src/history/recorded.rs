@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lock_core::Result;
-use lock_core::lock::{AcquireRequest, Attempt, Kind, LockBackend, LockState};
+use lock_core::lock::backend::{AcquireRequest, Attempt, Kind, LockBackend, LockState};
 use lock_core::name::Name;
 
 /// Wraps a [`LockBackend`], forwarding every call and timing those that

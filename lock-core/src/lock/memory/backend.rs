@@ -6,7 +6,7 @@ use super::{LockTable, fair_wake_key, wake_key};
 use crate::backend::MemoryBackend;
 use crate::backend::notify::WaitHandle;
 use crate::error::Result;
-use crate::lock::{AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter};
+use crate::lock::backend::{AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter};
 use crate::name::Name;
 
 impl LockBackend for MemoryBackend {

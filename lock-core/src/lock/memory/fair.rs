@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Token;
-use crate::lock::{Attempt, FAIR_SLOT, LockState};
+use crate::lock::backend::{Attempt, FAIR_SLOT, LockState};
 
 /// Who holds a fair lock.
 struct Holder {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{AcquireRequest, Attempt, Kind, LockState, RELEASE_REMEMBERED};
+use super::backend::{AcquireRequest, Attempt, Kind, LockState, RELEASE_REMEMBERED};
 use crate::backend::notify::Waiters;
 use crate::backend::{MemoryConfig, MemoryState};
 use crate::map::shrink_swept;

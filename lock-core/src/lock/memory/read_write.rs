@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Token;
-use crate::lock::{Attempt, FAIR_SLOT, LockState};
+use crate::lock::backend::{Attempt, FAIR_SLOT, LockState};
 
 /// One read-write lock: its acquisitions under one lease, and the writers
 /// waiting ahead of new readers.
