@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::guard::{self, Granted};
-use super::options::FAIR_REFRESH;
+use super::interface::FAIR_REFRESH;
 use super::{
     AcquireRequest, Attempt, Kind, Lock, LockBackend, LockGuard, MAX_LEASE, ReleaseWaiter,
     new_token,

@@ -89,6 +89,8 @@ mod acquire;
 pub mod backend;
 mod fencing;
 mod guard;
+mod interface;
+mod kinds;
 pub(crate) mod memory;
 mod multi;
 mod options;
@@ -108,10 +110,10 @@ mod watchdog;
 
 use std::time::Duration;
 
-pub use self::backend::LockBackend;
-use self::backend::{AcquireRequest, Attempt, Kind, LockState, ReleaseWaiter};
 pub use self::fencing::{Fence, StaleToken};
 pub use self::guard::LockGuard;
+pub use self::interface::LockBackend;
+use self::interface::{AcquireRequest, Attempt, Kind, LockState, ReleaseWaiter};
 pub use self::multi::{MultiGuard, MultiLock};
 pub use self::options::{DEFAULT_LEASE, Lease, LockOptions, MAX_LEASE};
 pub use self::read_write::ReadWriteLock;

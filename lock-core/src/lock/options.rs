@@ -4,19 +4,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// How long a fair waiter keeps its place in line without retrying; a
-/// crashed waiter stops blocking the queue after this.
-pub const FAIR_SLOT: Duration = Duration::from_secs(3);
-/// How often a fair waiter retries (and so keeps its place) at the least.
-pub(super) const FAIR_REFRESH: Duration = Duration::from_secs(1);
-/// How long a fair lock handed to a waiter (on Redis) stays the waiter's
-/// until the waiter confirms its lease, when its lease is longer. A waiter
-/// that hears of the handoff confirms within a round trip; one whose
-/// message was lost takes the lock at its next attempt (a fair waiter
-/// tries at least once a second). A waiter that crashed or was stopped
-/// while first in line holds the lock no longer than this.
-pub const HANDOFF_CLAIM: Duration = Duration::from_secs(2);
-
 /// How long a lock is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {
@@ -85,13 +72,13 @@ impl LockOptions {
 
     /// A fair [`Lock`](super::Lock): waiters get it in arrival order, and a release wakes
     /// only the first of them. A waiter that gives up or is cancelled leaves
-    /// the line at once; a crashed one is dropped after [`FAIR_SLOT`].
+    /// the line at once; a crashed one is dropped after [`FAIR_SLOT`](super::backend::FAIR_SLOT).
     ///
     /// On Redis a release hands the lock straight to the first waiter, with
     /// the fencing token it asked for, and tells it so on its own channel: it
     /// holds the lock one message after the release, with no attempt of its
     /// own. The lock is set for the waiter's lease but at most
-    /// [`HANDOFF_CLAIM`] until the waiter confirms its lease (its guard
+    /// [`HANDOFF_CLAIM`](super::backend::HANDOFF_CLAIM) until the waiter confirms its lease (its guard
     /// extends it at once, in the background), so a waiter that crashed or
     /// was stopped while first in line blocks the lock no longer than that.
     /// The guard counts the lease from the waiter's last attempt, which came
@@ -129,8 +116,3 @@ impl LockOptions {
         Ok(())
     }
 }
-
-/// How long a lock remembers the token of its last release, so that a
-/// release retried after its answer was lost (a timeout, a reconnect) gets
-/// the first answer again instead of "not held".
-pub const RELEASE_REMEMBERED: Duration = Duration::from_secs(60);

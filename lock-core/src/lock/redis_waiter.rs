@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use rand::Rng;
 
-use super::backend::{HANDOFF_CLAIM, Handoff, ReleaseWaiter};
+use super::interface::{HANDOFF_CLAIM, Handoff, ReleaseWaiter};
 use crate::backend::Subscription;
 
 /// Waits for a release announced on the lock's pub/sub channel; polls (with

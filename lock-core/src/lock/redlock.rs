@@ -6,12 +6,13 @@ use std::time::Duration;
 use futures_util::future::{Either, join_all};
 use tokio::time::Instant;
 
+use super::interface::{AcquireRequest, Attempt, Kind, LockBackend, LockState};
+use super::kinds::redlock_only;
 use super::redis_waiter::RedlockWaiter;
 use super::redlock_order::{
     Book, Lines, SetState, Unsent, detached, fan_out, majority, place, refused, tally,
     until_answered,
 };
-use super::{AcquireRequest, Attempt, Kind, LockBackend, LockState};
 use crate::backend::{RedisBackend, RedisConfig};
 use crate::error::{Error, Result};
 use crate::name::Name;
@@ -201,22 +202,11 @@ impl Redlock {
     }
 }
 
-fn plain_only(kind: Kind) -> Result<()> {
-    if kind == Kind::Plain {
-        Ok(())
-    } else {
-        Err(Error::invalid_argument(
-            "kind",
-            "Redlock supports plain locks only",
-        ))
-    }
-}
-
 impl LockBackend for Redlock {
     type Waiter = RedlockWaiter;
 
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Attempt> {
-        plain_only(request.kind)?;
+        redlock_only(request.kind)?;
         if request.fencing {
             return Err(Error::invalid_argument(
                 "fencing",
@@ -334,7 +324,7 @@ impl LockBackend for Redlock {
     }
 
     async fn release(&self, kind: Kind, name: &Name, token: &str) -> Result<bool> {
-        plain_only(kind)?;
+        redlock_only(kind)?;
         // After everything sent for this token, on every server; sent again
         // to a server where it fails (an error says nothing of the key
         // there, whatever the majority said) until the server answers or
@@ -365,7 +355,7 @@ impl LockBackend for Redlock {
     }
 
     async fn extend(&self, kind: Kind, name: &Name, token: &str, lease: Duration) -> Result<bool> {
-        plain_only(kind)?;
+        redlock_only(kind)?;
         let started = Instant::now();
         let (lines, counted) = self.lines(token, lease);
         let bound = self.per_server_timeout;
@@ -411,7 +401,7 @@ impl LockBackend for Redlock {
     }
 
     async fn force_release(&self, kind: Kind, name: &Name) -> Result<bool> {
-        plain_only(kind)?;
+        redlock_only(kind)?;
         let results = self
             .on_all(|_, server| {
                 let name = name.clone();
@@ -427,7 +417,7 @@ impl LockBackend for Redlock {
     /// The state a majority of servers agree on (the same holder); `None`
     /// when no holder has a majority.
     async fn inspect(&self, kind: Kind, name: &Name) -> Result<Option<LockState>> {
-        plain_only(kind)?;
+        redlock_only(kind)?;
         let results = self
             .on_all(|_, server| {
                 let name = name.clone();

@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-use super::{LockTable, fair_wake_key, wake_key};
+use super::LockTable;
 use crate::backend::MemoryBackend;
 use crate::backend::notify::WaitHandle;
 use crate::error::Result;
-use crate::lock::backend::{AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter};
+use crate::lock::interface::{
+    AcquireRequest, Attempt, Kind, LockBackend, LockState, ReleaseWaiter,
+};
 use crate::name::Name;
 
 impl LockBackend for MemoryBackend {
@@ -33,10 +35,7 @@ impl LockBackend for MemoryBackend {
     }
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> MemoryWaiter {
-        let key = match kind {
-            Kind::Fair => fair_wake_key(name, token),
-            _ => wake_key(kind, name),
-        };
+        let key = kind.module(|k| k.memory_channel(name, Some(token)));
         MemoryWaiter {
             handle: self.state::<LockTable>().waiters.register(&key),
         }

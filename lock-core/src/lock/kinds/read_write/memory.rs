@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Token;
-use crate::lock::backend::{Attempt, FAIR_SLOT, LockState};
+use super::super::memory::Token;
+use crate::lock::interface::{Attempt, FAIR_SLOT, LockState};
 
 /// One read-write lock: its acquisitions under one lease, and the writers
 /// waiting ahead of new readers.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Token;
-use crate::lock::backend::{Attempt, FAIR_SLOT, LockState};
+use super::super::memory::Token;
+use crate::lock::interface::{Attempt, FAIR_SLOT, LockState};
 
 /// Who holds a fair lock.
 struct Holder {
@@ -26,20 +26,20 @@ struct Holder {
 
 /// One fair lock.
 #[derive(Default)]
-pub(super) struct Fair {
+pub(super) struct Line {
     holder: Option<Holder>,
     /// Waiters in arrival order, with the deadline of their place in line.
     queue: VecDeque<(Token, Instant)>,
 }
 
-/// One attempt on a [`Fair`] lock.
+/// One attempt on a fair lock's [`Line`].
 pub(super) struct Request<'a> {
     pub(super) token: &'a str,
     pub(super) owner: Option<&'a str>,
     pub(super) lease: Duration,
 }
 
-impl Fair {
+impl Line {
     /// Drops what has expired; says whether anything is left.
     pub(super) fn prune(&mut self, now: Instant) -> bool {
         if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
