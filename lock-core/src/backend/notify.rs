@@ -5,10 +5,11 @@
 //! Each name has a generation counter in a `watch` channel. A waiter marks the
 //! current generation as seen *before* it tries to acquire, then waits for the
 //! generation to change; so a wake-up that lands between the attempt and the
-//! wait is never lost. A wake-up may also say that the lock was handed over
-//! to the waiter (a fair lock's release gives it to the head of the line),
-//! with the handoff's number, so that the waiter can tell a handoff made
-//! after its last attempt from one that has since lapsed.
+//! wait is never lost. A message may also carry a [`Note`] for the waiters
+//! of its key, read from its payload by the [`Reader`] the primitive that
+//! owns the key registered with it (for a fair lock: the lock was handed
+//! over to the waiter); notes are numbered, so that a waiter can tell a
+//! note sent after its last attempt from an older one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,32 +18,39 @@ use tokio::sync::watch;
 
 use crate::map::shrink_swept;
 
-/// A lock handed over to a waiter, as its message said.
+/// What a message told the waiters of its key beyond waking them, as its
+/// key's [`Reader`] read it. Its sender numbers the notes of a key in
+/// the order it sends them: a waiter keeps the note with the highest
+/// number, so an older note never replaces a newer one, and a message
+/// without a note never takes one back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Handed {
-    /// The handoff's number (see `Attempt::Busy::handoffs`).
+pub(crate) struct Note {
+    /// The note's number.
     pub(crate) number: u64,
-    /// The fencing token, 0 for none.
-    pub(crate) fence: u64,
+    /// What it says, in the terms of the primitive that sent it.
+    pub(crate) value: u64,
 }
+
+/// Reads a message's payload: its [`Note`], or `None` for a plain wake-up.
+pub(crate) type Reader = fn(&[u8]) -> Option<Note>;
 
 /// What a waiter's channel last said.
 #[derive(Clone, Copy, Default)]
 struct Signal {
     /// Bumped on every wake-up.
     generation: u64,
-    /// The latest handoff to the waiter, if any.
-    handed: Option<Handed>,
+    /// The newest note, if any.
+    note: Option<Note>,
 }
 
 impl Signal {
-    fn bump(&mut self, handed: Option<Handed>) {
+    fn bump(&mut self, note: Option<Note>) {
         self.generation = self.generation.wrapping_add(1);
         // Messages of one channel come in order; the number decides anyway.
-        if let Some(new) = handed
-            && self.handed.is_none_or(|old| new.number > old.number)
+        if let Some(new) = note
+            && self.note.is_none_or(|old| new.number > old.number)
         {
-            self.handed = Some(new);
+            self.note = Some(new);
         }
     }
 }
@@ -50,6 +58,9 @@ impl Signal {
 struct Entry {
     refs: usize,
     tx: watch::Sender<Signal>,
+    /// How messages for the key are read (set by its first registration).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only Redis sends messages
+    reader: Option<Reader>,
 }
 
 /// Registry of local waiters, keyed by an arbitrary string (a name or a channel).
@@ -59,12 +70,15 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
-    /// Registers interest in `key`; the registration ends when the handle drops.
-    pub(crate) fn register(&self, key: &str) -> WaitHandle {
+    /// Registers interest in `key`, whose messages `reader` reads (none:
+    /// every message is a plain wake-up); the registration ends when the
+    /// handle drops.
+    pub(crate) fn register(&self, key: &str, reader: Option<Reader>) -> WaitHandle {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = map.entry(key.to_owned()).or_insert_with(|| Entry {
             refs: 0,
             tx: watch::channel(Signal::default()).0,
+            reader,
         });
         entry.refs += 1;
         WaitHandle {
@@ -80,16 +94,26 @@ impl Waiters {
     }
 
     #[cfg(feature = "redis")]
-    /// Wakes the waiter registered for `key` and tells it that the lock was
-    /// handed to it.
-    pub(crate) fn hand_over(&self, key: &str, handed: Handed) {
-        self.signal(key, Some(handed));
-    }
-
-    fn signal(&self, key: &str, handed: Option<Handed>) {
+    /// Wakes the waiters registered for `key` with a message whose
+    /// `payload` the key's reader reads.
+    pub(crate) fn deliver(&self, key: &str, payload: &[u8]) {
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = map.get(key) {
-            entry.tx.send_modify(|signal| signal.bump(handed));
+            let note = entry.reader.and_then(|read| read(payload));
+            entry.tx.send_modify(|signal| signal.bump(note));
+        }
+    }
+
+    #[cfg(test)]
+    /// Wakes the waiters registered for `key` with `note`.
+    fn tell(&self, key: &str, note: Note) {
+        self.signal(key, Some(note));
+    }
+
+    fn signal(&self, key: &str, note: Option<Note>) {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = map.get(key) {
+            entry.tx.send_modify(|signal| signal.bump(note));
         }
     }
 
@@ -144,9 +168,9 @@ impl WaitHandle {
     }
 
     #[cfg(feature = "redis")]
-    /// The latest handoff of the lock to this waiter, if any.
-    pub(crate) fn handed(&self) -> Option<Handed> {
-        self.rx.borrow().handed
+    /// The newest note for this waiter's key, if any.
+    pub(crate) fn note(&self) -> Option<Note> {
+        self.rx.borrow().note
     }
 
     /// Waits for a wake-up after the last [`mark_seen`](Self::mark_seen).
@@ -172,7 +196,7 @@ mod tests {
     #[tokio::test]
     async fn wake_between_mark_and_wait_is_not_lost() {
         let waiters = Waiters::default();
-        let mut handle = waiters.register("k");
+        let mut handle = waiters.register("k", None);
         handle.mark_seen();
         waiters.wake("k");
         tokio::time::timeout(Duration::from_secs(1), handle.changed())
@@ -182,46 +206,79 @@ mod tests {
 
     #[cfg(feature = "redis")]
     #[tokio::test]
-    async fn a_handoff_wakes_and_stays_with_the_waiter() {
+    async fn a_note_wakes_and_stays_with_the_waiter() {
         async fn woken(handle: &mut WaitHandle) -> bool {
             tokio::time::timeout(Duration::from_secs(1), handle.changed())
                 .await
                 .is_ok()
         }
         let waiters = Waiters::default();
-        let mut handle = waiters.register("k");
+        let mut handle = waiters.register("k", None);
         handle.mark_seen();
         waiters.wake("k");
         assert!(woken(&mut handle).await, "a plain wake-up was lost");
-        assert_eq!(handle.handed(), None);
+        assert_eq!(handle.note(), None);
         handle.mark_seen();
-        let handed = |number, fence| Handed { number, fence };
-        waiters.hand_over("k", handed(3, 7));
-        assert!(
-            woken(&mut handle).await,
-            "the handoff did not wake the waiter"
-        );
-        assert_eq!(handle.handed(), Some(handed(3, 7)));
+        let note = |number, value| Note { number, value };
+        waiters.tell("k", note(3, 7));
+        assert!(woken(&mut handle).await, "the note did not wake the waiter");
+        assert_eq!(handle.note(), Some(note(3, 7)));
         waiters.wake_all();
         assert_eq!(
-            handle.handed(),
-            Some(handed(3, 7)),
-            "a later wake-up took the handoff back"
+            handle.note(),
+            Some(note(3, 7)),
+            "a later wake-up took the note back"
         );
-        waiters.hand_over("k", handed(5, 9));
-        waiters.hand_over("k", handed(4, 8));
+        waiters.tell("k", note(5, 9));
+        waiters.tell("k", note(4, 8));
         assert_eq!(
-            handle.handed(),
-            Some(handed(5, 9)),
-            "an older handoff replaced a newer one"
+            handle.note(),
+            Some(note(5, 9)),
+            "an older note replaced a newer one"
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn a_message_is_read_by_its_keys_reader() {
+        fn read(payload: &[u8]) -> Option<Note> {
+            let (&number, rest) = payload.split_first()?;
+            let value = u64::from(*rest.first()?);
+            Some(Note {
+                number: u64::from(number),
+                value,
+            })
+        }
+        let waiters = Waiters::default();
+        let noted = waiters.register("noted", Some(read));
+        let plain = waiters.register("plain", None);
+        waiters.deliver("noted", &[2, 5]);
+        waiters.deliver("plain", &[2, 5]);
+        assert_eq!(
+            noted.note(),
+            Some(Note {
+                number: 2,
+                value: 5
+            })
+        );
+        assert_eq!(plain.note(), None, "a key without a reader got a note");
+        waiters.deliver("noted", b"");
+        waiters.deliver("noted", &[1, 9]);
+        assert_eq!(
+            noted.note(),
+            Some(Note {
+                number: 2,
+                value: 5
+            }),
+            "a wake-up or an older note replaced the note"
         );
     }
 
     #[tokio::test]
     async fn entries_go_away_with_their_last_handle() {
         let waiters = Waiters::default();
-        let a = waiters.register("k");
-        let b = waiters.register("k");
+        let a = waiters.register("k", None);
+        let b = waiters.register("k", None);
         assert_eq!(waiters.len(), 1);
         drop(a);
         assert!(waiters.is_registered("k"));
@@ -235,7 +292,7 @@ mod tests {
     fn the_registry_shrinks_as_waiters_leave() {
         let waiters = Waiters::default();
         let handles: Vec<_> = (0..2000)
-            .map(|i| waiters.register(&format!("k{i}")))
+            .map(|i| waiters.register(&format!("k{i}"), None))
             .collect();
         let room = || waiters.map.lock().unwrap().capacity();
         let peak = room();

@@ -32,7 +32,7 @@ use redis::aio::PubSubSink;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 
-use super::notify::{Handed, WaitHandle, Waiters};
+use super::notify::{Note, Reader, WaitHandle, Waiters};
 use crate::error::{Error, Result};
 use crate::map::shrink_swept;
 
@@ -133,11 +133,12 @@ impl Subscriber {
         }
     }
 
-    /// Registers a local waiter on `channel`. The channel is subscribed on the
-    /// first [`Subscription::ensure`].
-    pub(crate) fn register(&self, channel: String) -> Subscription {
+    /// Registers a local waiter on `channel`, whose messages `reader` reads
+    /// (none: each is a wake-up). The channel is subscribed on the first
+    /// [`Subscription::ensure`].
+    pub(crate) fn register(&self, channel: String, reader: Option<Reader>) -> Subscription {
         Subscription {
-            handle: Some(self.inner.waiters.register(&channel)),
+            handle: Some(self.inner.waiters.register(&channel, reader)),
             channel,
             subscriber: self.clone(),
         }
@@ -274,10 +275,7 @@ impl Subscriber {
 
 /// Passes a message on `channel` to its waiters.
 fn deliver(inner: &Inner, channel: &str, payload: &[u8]) {
-    match handoff(payload) {
-        Some(handed) => inner.waiters.hand_over(channel, handed),
-        None => inner.waiters.wake(channel),
-    }
+    inner.waiters.deliver(channel, payload);
 }
 
 /// Subscriptions may be gone: subscribe again, and let every waiter retry.
@@ -342,22 +340,6 @@ async fn dispatch_pushes(
     }
 }
 
-/// The handoff a `held:<number>:<fence>` message announces, which a fair
-/// lock's scripts send to the waiter they hand the lock to (fence 0: no
-/// token asked for).
-fn handoff(payload: &[u8]) -> Option<Handed> {
-    let text = std::str::from_utf8(payload.strip_prefix(b"held:")?).ok()?;
-    let (number, fence) = text.split_once(':')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(number) || !digits(fence) {
-        return None;
-    }
-    Some(Handed {
-        number: number.parse().ok()?,
-        fence: fence.parse().ok()?,
-    })
-}
-
 /// A local waiter's registration on one channel.
 pub(crate) struct Subscription {
     handle: Option<WaitHandle>,
@@ -376,9 +358,9 @@ impl Subscription {
         result
     }
 
-    /// The latest handoff a message on the channel announced to this waiter.
-    pub(crate) fn handed(&self) -> Option<Handed> {
-        self.handle.as_ref()?.handed()
+    /// The newest note a message on the channel carried (see [`Reader`]).
+    pub(crate) fn note(&self) -> Option<Note> {
+        self.handle.as_ref()?.note()
     }
 
     /// Waits for a message on the channel (or a reconnect).
@@ -400,44 +382,6 @@ impl Drop for Subscription {
             let subscriber = self.subscriber.clone();
             let channel = std::mem::take(&mut self.channel);
             runtime.spawn(async move { subscriber.unsubscribe_if_unused(channel).await });
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Handed, handoff};
-
-    #[test]
-    fn only_a_well_formed_handoff_message_hands_over() {
-        assert_eq!(
-            handoff(b"held:3:0"),
-            Some(Handed {
-                number: 3,
-                fence: 0
-            })
-        );
-        assert_eq!(
-            handoff(b"held:1732800000000007:1732800000000001"),
-            Some(Handed {
-                number: 1_732_800_000_000_007,
-                fence: 1_732_800_000_000_001
-            })
-        );
-        for other in [
-            &b"wake"[..],
-            b"released",
-            b"held:",
-            b"held:0",
-            b"held:1:",
-            b"held::1",
-            b"held:-1:2",
-            b"held:1:+2",
-            b"held:1e15:0",
-            b"held:1:2:3",
-            b"xheld:1:1",
-        ] {
-            assert_eq!(handoff(other), None, "{:?}", String::from_utf8_lossy(other));
         }
     }
 }

@@ -9,6 +9,7 @@ use redis::FromRedisValue;
 use redis::aio::{ConnectionLike, ConnectionManager};
 
 use super::config::{RedisConfig, manager_config};
+use super::notify::Reader;
 use super::pubsub::{Subscriber, Subscription};
 use super::replicas::{Dedicated, Open, SyncReplicas};
 use super::script::{Invocation, NOT_RUN_PAUSE, NOT_RUN_RETRIES, no_script, not_run};
@@ -377,7 +378,15 @@ where
         }
     }
 
-    pub(crate) fn subscription(&self, channel: String) -> Option<Subscription> {
-        self.subscriber.as_ref().map(|s| s.register(channel))
+    /// A local waiter's registration on `channel`, whose messages `reader`
+    /// reads (see [`Reader`]); none without a subscriber.
+    pub(crate) fn subscription(
+        &self,
+        channel: String,
+        reader: Option<Reader>,
+    ) -> Option<Subscription> {
+        self.subscriber
+            .as_ref()
+            .map(|s| s.register(channel, reader))
     }
 }

@@ -72,6 +72,7 @@ where
 
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> RedisWaiter {
         let channel = kind.module(|k| k.channel(self.keyspace(), name, token));
-        RedisWaiter::new(self.subscription(channel.name), channel.handoffs)
+        let reader = channel.handoffs.map(|h| h.read);
+        RedisWaiter::new(self.subscription(channel.name, reader), channel.handoffs)
     }
 }

@@ -1,5 +1,6 @@
-//! Waiting for a release on Redis: the lock's pub/sub channel (a fair
-//! waiter's own channel, which also carries handoffs), or polling with
+//! Waiting for a release on Redis: the lock's pub/sub channel (for a kind
+//! that hands locks over, the waiter's own channel, which also carries
+//! handoffs), or polling with
 //! jitter when the subscriber cannot be reached; and the Redlock waiter,
 //! woken by any of its servers.
 
@@ -10,7 +11,8 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use rand::Rng;
 
-use super::interface::{HANDOFF_CLAIM, Handoff, ReleaseWaiter};
+use super::interface::{Handoff, ReleaseWaiter};
+use super::kinds::Handoffs;
 use crate::backend::Subscription;
 
 /// Waits for a release announced on the lock's pub/sub channel; polls (with
@@ -18,15 +20,16 @@ use crate::backend::Subscription;
 pub struct RedisWaiter {
     subscription: Option<Subscription>,
     polling: bool,
-    /// Only a fair lock's scripts hand a lock over.
-    fair: bool,
+    /// How the channel's messages hand the lock over, for a kind whose
+    /// releases do.
+    handoffs: Option<Handoffs>,
 }
 
 impl std::fmt::Debug for RedisWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisWaiter")
             .field("polling", &self.polling)
-            .field("fair", &self.fair)
+            .field("handoffs", &self.handoffs.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -42,13 +45,13 @@ fn jittered(max: Duration, period: Duration) -> Duration {
 }
 
 impl RedisWaiter {
-    /// A waiter on `subscription` (none: it polls); `fair` for a fair
-    /// waiter's own channel, which carries handoffs.
-    pub(super) fn new(subscription: Option<Subscription>, fair: bool) -> Self {
+    /// A waiter on `subscription` (none: it polls), whose messages may
+    /// hand the lock over as `handoffs` says.
+    pub(super) fn new(subscription: Option<Subscription>, handoffs: Option<Handoffs>) -> Self {
         RedisWaiter {
             subscription,
             polling: true,
-            fair,
+            handoffs,
         }
     }
 
@@ -100,16 +103,14 @@ impl ReleaseWaiter for RedisWaiter {
     }
 
     fn handed_over(&self, after: u64) -> Option<Handoff> {
-        if !self.fair {
+        let handoffs = self.handoffs?;
+        let note = self.subscription.as_ref()?.note()?;
+        // Numbered as the busy answers count handoffs: one numbered
+        // `after` or less came before the last answer, and has lapsed.
+        if note.number <= after {
             return None;
         }
-        let handed = self.subscription.as_ref()?.handed()?;
-        if handed.number <= after {
-            return None;
-        }
-        let fence = handed.fence;
-        // The scripts' `hand_over` sets the lock for at most the claim.
-        Some(Handoff::new((fence != 0).then_some(fence), HANDOFF_CLAIM))
+        Some((handoffs.handoff)(note))
     }
 }
 

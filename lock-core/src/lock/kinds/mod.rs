@@ -24,7 +24,7 @@ pub(crate) use self::memory::{Held, Wake};
 #[cfg(feature = "redis")]
 pub(crate) use self::plain::redlock_only;
 #[cfg(feature = "redis")]
-pub(crate) use self::redis::Channel;
+pub(crate) use self::redis::{Channel, Handoffs};
 use super::interface::Kind;
 #[cfg(feature = "redis")]
 use super::interface::{AcquireRequest, Attempt};

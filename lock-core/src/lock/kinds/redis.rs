@@ -6,9 +6,10 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use crate::backend::notify::{Note, Reader};
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::error::{Error, Result};
-use crate::lock::interface::Attempt;
+use crate::lock::interface::{Attempt, Handoff};
 use crate::name::{KeySpace, Name};
 
 static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!("force_release.lua");
@@ -119,8 +120,9 @@ pub(super) fn inspect(lock: &str, more: Option<&str>, kept: &str) -> Invocation<
 pub(crate) struct Channel {
     /// The channel.
     pub(crate) name: String,
-    /// Whether messages on it may hand the lock over to the waiter.
-    pub(crate) handoffs: bool,
+    /// How a kind whose releases hand the lock to a waiter says so on the
+    /// channel; `None`: every message is a wake-up.
+    pub(crate) handoffs: Option<Handoffs>,
 }
 
 impl Channel {
@@ -128,7 +130,18 @@ impl Channel {
     pub(super) fn wake_ups(name: String) -> Self {
         Channel {
             name,
-            handoffs: false,
+            handoffs: None,
         }
     }
+}
+
+/// The codec of a kind's handoff messages: the transport keeps, per
+/// waiter, the newest [`Note`] that `read` found in a message, and the
+/// waiter asks `handoff` what it means.
+#[derive(Clone, Copy)]
+pub(crate) struct Handoffs {
+    /// Reads a message: a handoff's note, or `None` for a wake-up.
+    pub(crate) read: Reader,
+    /// The handoff a note announces.
+    pub(crate) handoff: fn(Note) -> Handoff,
 }

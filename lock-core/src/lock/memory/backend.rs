@@ -37,7 +37,7 @@ impl LockBackend for MemoryBackend {
     fn waiter(&self, kind: Kind, name: &Name, token: &str) -> MemoryWaiter {
         let key = kind.module(|k| k.memory_channel(name, Some(token)));
         MemoryWaiter {
-            handle: self.state::<LockTable>().waiters.register(&key),
+            handle: self.state::<LockTable>().waiters.register(&key, None),
         }
     }
 }

@@ -4,6 +4,8 @@
 //! first in line and tells that waiter so on its own channel; in memory a
 //! release wakes the first in line, which comes for the lock itself.
 
+#[cfg(feature = "redis")]
+mod handoff;
 mod memory;
 
 #[cfg(feature = "redis")]
@@ -16,7 +18,7 @@ use self::memory::Line;
 use super::LockKind;
 use super::memory::{Held, Token, Wake};
 #[cfg(feature = "redis")]
-use super::redis::{self, Channel, FENCE_TTL, Keys, millis};
+use super::redis::{self, Channel, FENCE_TTL, Handoffs, Keys, millis};
 #[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::lock::interface::{AcquireRequest, Attempt, LockState};
@@ -140,7 +142,10 @@ impl LockKind for Fair {
     fn channel(&self, ks: &KeySpace, name: &Name, token: &str) -> Channel {
         Channel {
             name: format!("{}{token}", channel_prefix(ks, name)),
-            handoffs: true,
+            handoffs: Some(Handoffs {
+                read: handoff::read,
+                handoff: handoff::handoff,
+            }),
         }
     }
 
