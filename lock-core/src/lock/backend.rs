@@ -55,4 +55,6 @@ pub use super::interface::{
 };
 pub use super::memory::MemoryWaiter;
 #[cfg(feature = "redis")]
-pub use super::redis_waiter::{RedisWaiter, RedlockWaiter};
+pub use super::redis_waiter::RedisWaiter;
+#[cfg(feature = "redis")]
+pub use super::redlock::RedlockWaiter;

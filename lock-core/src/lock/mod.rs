@@ -101,8 +101,6 @@ mod redis;
 mod redis_waiter;
 #[cfg(feature = "redis")]
 mod redlock;
-#[cfg(feature = "redis")]
-mod redlock_order;
 mod reentrant;
 mod scoped;
 mod semaphore;

@@ -1,9 +1,9 @@
 //! Redlock's per-token bookkeeping: the order of one token's commands on
 //! each server (a line per server), what became of an attempt's `SET`
 //! (which its undo needs), and how a failed release or undo is sent again.
-//! It also sends to every server at once, counts a majority's answers, and
-//! runs a command that must outlive its caller's wait. See
-//! [`Redlock`](super::Redlock) for why each exists.
+//! It also sends to every server at once, and runs a command that must
+//! outlive its caller's wait. See [`Redlock`](super::Redlock) for why each
+//! exists.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -331,35 +331,6 @@ where
         runtime.spawn(async move { while pending.next().await.is_some() {} });
     }
     results
-}
-
-/// Whether `results` already hold a majority of yeses or of noes.
-pub(super) fn majority(results: &[Result<bool>], quorum: usize) -> bool {
-    let yes = results.iter().filter(|r| matches!(r, Ok(true))).count();
-    let no = results.iter().filter(|r| matches!(r, Ok(false))).count();
-    yes >= quorum || no >= quorum
-}
-
-/// A majority's answer: yes when a majority said yes; no only when the
-/// yeses and the servers that did not answer (each of which may have
-/// said yes) together fall short of a majority; otherwise unknown, an
-/// error. A release that reached two of the three servers holding the
-/// lock, while the third did not answer, does not know whether the
-/// lock was still held on a majority: it says so rather than "no".
-pub(super) fn tally(results: &[Result<bool>], quorum: usize) -> Result<bool> {
-    let yes = results.iter().filter(|r| matches!(r, Ok(true))).count();
-    let no = results.iter().filter(|r| matches!(r, Ok(false))).count();
-    let unanswered = results.len() - yes - no;
-    if yes >= quorum {
-        Ok(true)
-    } else if yes + unanswered < quorum {
-        Ok(false)
-    } else {
-        Err(Error::NoQuorum {
-            answered: yes.max(no),
-            needed: quorum,
-        })
-    }
 }
 
 /// Runs `call` in a task of its own, so that it outlives the caller's wait.
