@@ -32,6 +32,7 @@ use crate::name::Name;
 #[derive(Debug, Clone)]
 pub struct Semaphore<B> {
     inner: Lock<B>,
+    permits: NonZeroU32,
 }
 
 impl<B: LockBackend> Semaphore<B> {
@@ -66,6 +67,7 @@ impl<B: LockBackend> Semaphore<B> {
         };
         Ok(Semaphore {
             inner: Lock::of_kind(backend, name, kind, options)?,
+            permits,
         })
     }
 
@@ -76,10 +78,7 @@ impl<B: LockBackend> Semaphore<B> {
 
     /// How many permits there are.
     pub fn permits(&self) -> u32 {
-        match self.inner.kind() {
-            Kind::Semaphore { permits, .. } => permits.get(),
-            _ => 1,
-        }
+        self.permits.get()
     }
 
     /// Takes a permit if one is free, without waiting.
@@ -136,9 +135,7 @@ impl<B: LockBackend> Semaphore<B> {
         n: NonZeroU32,
         wait: Duration,
     ) -> Result<Option<LockGuard<B>>> {
-        let Kind::Semaphore { permits, .. } = self.inner.kind() else {
-            unreachable!("a semaphore's kind");
-        };
+        let permits = self.permits;
         if n > permits {
             return Err(Error::invalid_argument(
                 "n",
