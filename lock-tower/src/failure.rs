@@ -19,7 +19,10 @@ use crate::response::plain_text;
 /// [`Metrics`](crate::Metrics). After a failure the layer does what its
 /// policy says without asking the backend for [`BREAKER_OPEN`], so a
 /// backend that is down costs one timeout per interval, not one per
-/// request; then it asks again.
+/// request; then it asks again. A rate limit's backend that answers
+/// without waiting (a `RateBackend::check_now` of your own that answers,
+/// as the in-memory backend's does) costs no timeout, and is asked on
+/// every request, failed or not.
 ///
 /// Rate limits default to [`Fallback`](Self::Fallback), locks to
 /// [`FailClosed`](Self::FailClosed).
