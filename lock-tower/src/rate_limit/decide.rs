@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::future::Either;
 use http::{HeaderValue, Response, StatusCode};
 use lock_core::backend::MemoryBackend;
-use lock_core::rate::{Caller, Checked, Decision, Deferred, RateBackend, RateLimiter};
+use lock_core::rate::{Caller, Decision, RateBackend, RateLimiter};
 
 use super::RateVerdict as Verdict;
 use crate::failure::{
@@ -75,11 +75,10 @@ impl<B: Clone, K: Clone> Clone for Limit<B, K> {
     }
 }
 
-/// How a decision starts: settled at once, or to ask the backend for (the
-/// caller and cost checked, the key copied out of the request once).
+/// How a decision starts: settled at once, or to ask the backend for.
 pub(super) enum Start {
     Now(Now),
-    Ask(Deferred),
+    Ask { key: String, cost: u32 },
 }
 
 /// A decision reached without waiting.
@@ -95,9 +94,8 @@ pub(super) enum Now {
 
 impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     /// Decides `request` at once when it has no key or the backend decides
-    /// without waiting (in memory); otherwise hands back the check to ask
-    /// the backend for. Either way lock-core is asked once, and checks the
-    /// key once.
+    /// without waiting (in memory); otherwise hands back the key to ask
+    /// with, copied out of the request.
     pub(super) fn start(&self, request: RequestParts<'_>) -> Start {
         if let Some(exempt) = &self.exempt
             && exempt(request)
@@ -109,49 +107,30 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             let Some(caller) = caller else {
                 return Start::Now(Now::NoKey(self.key.missing(request)));
             };
-            let checked = match self.limiter.check_or_defer(caller, cost) {
-                Checked::Now(checked) => checked,
-                Checked::Later(deferred) => return Start::Ask(deferred),
-            };
+            let checked = self.limiter.check_now(caller, cost);
             // Looked at in place: moving the decision out only to drop it
             // would copy it.
-            if let Ok(decision) = &checked
+            if let Some(Ok(decision)) = &checked
                 && decision.allowed
                 && !self.on_success
             {
                 return Start::Now(Now::Allowed);
             }
             match checked {
-                Ok(decision) => Start::Now(Now::Decided(decision)),
-                Err(error) => Start::Now(self.failed_at_once(caller, cost, error)),
+                Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
+                Some(Err(error)) => {
+                    match classify(error, self.failure, &self.metrics, self.named()) {
+                        // The failure policy applies on the asynchronous path.
+                        Fault::Backend(_) => ask(caller, cost),
+                        Fault::InvalidKey(reason) => {
+                            Start::Now(Now::NoKey(self.invalid(&caller.to_string(), reason)))
+                        }
+                        fault => Start::Now(Now::Fault(fault)),
+                    }
+                }
+                None => ask(caller, cost),
             }
         })
-    }
-
-    /// A check answered at once with an error: a bad key or cost, or (from
-    /// a backend of one's own) a failure, met with the failure policy as
-    /// on the asynchronous path.
-    #[cold]
-    fn failed_at_once(&self, caller: Caller<'_>, cost: u32, error: lock_core::Error) -> Now {
-        match classify(error, self.failure, &self.metrics, self.named()) {
-            Fault::InvalidKey(reason) => Now::NoKey(self.invalid(&caller.to_string(), reason)),
-            Fault::Backend(OnBackendFailure::Fallback) => {
-                self.breaker.trip();
-                let fallback = self
-                    .fallback
-                    .as_ref()
-                    .and_then(|f| f.check_now(caller, cost));
-                match fallback {
-                    Some(Ok(decision)) => Now::Decided(decision),
-                    _ => Now::Fault(Fault::Backend(OnBackendFailure::FailClosed)),
-                }
-            }
-            Fault::Backend(policy) => {
-                self.breaker.trip();
-                Now::Fault(Fault::Backend(policy))
-            }
-            fault => Now::Fault(fault),
-        }
     }
 
     /// The verdict of a decision reached without waiting.
@@ -168,10 +147,10 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         }
     }
 
-    /// The decision `deferred` waits for from the backend, bounded by the
-    /// decision timeout, with the failure policy applied.
-    pub(super) async fn decide(&self, deferred: Deferred) -> Verdict {
-        let check = self.limiter.check_deferred(&deferred);
+    /// One decision for `key` from the backend, bounded by the decision
+    /// timeout, with the failure policy applied.
+    pub(super) async fn decide(&self, key: String, cost: u32) -> Verdict {
+        let check = self.limiter.check_cost(&key, cost);
         match guarded(
             self.failure,
             &self.breaker,
@@ -182,12 +161,9 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         .await
         {
             Ok(decision) => self.verdict(decision),
-            Err(Fault::InvalidKey(reason)) => {
-                self.no_key(&self.invalid(&deferred.caller().to_string(), reason))
-            }
+            Err(Fault::InvalidKey(reason)) => self.no_key(&self.invalid(&key, reason)),
             Err(Fault::Backend(OnBackendFailure::Fallback)) => {
-                let (caller, cost) = (deferred.caller(), deferred.cost());
-                let fallback = self.fallback.as_ref().map(|f| f.check_cost(caller, cost));
+                let fallback = self.fallback.as_ref().map(|f| f.check_cost(&key, cost));
                 match fallback {
                     Some(fallback) => match fallback.await {
                         Ok(decision) => self.verdict(decision),
@@ -204,7 +180,7 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     pub(crate) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
         match self.start(request) {
             Start::Now(now) => self.settle(now),
-            Start::Ask(deferred) => self.decide(deferred).await,
+            Start::Ask { key, cost } => self.decide(key, cost).await,
         }
     }
 
@@ -213,7 +189,7 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
         match self.start(request) {
             Start::Now(now) => Either::Left(std::future::ready(self.settle(now))),
-            Start::Ask(deferred) => Either::Right(Box::pin(self.decide(deferred))),
+            Start::Ask { key, cost } => Either::Right(Box::pin(self.decide(key, cost))),
         }
     }
 
@@ -288,6 +264,15 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         if let Some(fields) = self.fields(decision) {
             fields.insert_into(headers);
         }
+    }
+}
+
+/// A decision to ask the backend for, with the key copied out of the
+/// request.
+fn ask(caller: Caller<'_>, cost: u32) -> Start {
+    Start::Ask {
+        key: caller.to_string(),
+        cost,
     }
 }
 

@@ -6,8 +6,6 @@ mod decide;
 mod future;
 mod layer;
 mod service;
-#[cfg(test)]
-mod tests;
 
 use bytes::Bytes;
 use http::Response;
