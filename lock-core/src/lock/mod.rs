@@ -108,10 +108,10 @@ mod watchdog;
 
 use std::time::Duration;
 
+pub use self::backend::{LockBackend, LockState};
 pub use self::fencing::{Fence, StaleToken};
 pub use self::guard::LockGuard;
 use self::interface::{AcquireRequest, Attempt, Kind, ReleaseWaiter};
-pub use self::backend::{LockBackend, LockState};
 pub use self::multi::{MultiGuard, MultiLock};
 pub use self::options::{DEFAULT_LEASE, Lease, LockOptions, MAX_LEASE};
 pub use self::read_write::ReadWriteLock;
