@@ -28,10 +28,10 @@ use crate::error::Result;
 
 /// What the state is asked: the request without its memo.
 #[inline]
-fn asked<'a>(request: &RateRequest<'a>) -> Asked<'a> {
+fn asked<'r>(request: &'r RateRequest<'_>) -> Asked<'r> {
     Asked {
         scope: request.scope,
-        caller: request.caller,
+        caller: &request.caller,
         policy: request.policy,
         cost: request.cost,
         at_most: request.at_most,

@@ -25,7 +25,7 @@ use crate::rate::policy::Policy;
 #[derive(Clone, Copy)]
 pub(super) struct Asked<'a> {
     pub(super) scope: &'a Name,
-    pub(super) caller: Caller<'a>,
+    pub(super) caller: &'a Caller<'a>,
     pub(super) policy: &'a Policy,
     pub(super) cost: u32,
     pub(super) at_most: bool,
