@@ -104,8 +104,9 @@ impl Waiters {
         }
     }
 
-    #[cfg(test)]
-    /// Wakes the waiters registered for `key` with `note`.
+    /// Wakes the waiters registered for `key` with `note` (for the tests
+    /// of handoffs, which need Redis's reader).
+    #[cfg(all(test, feature = "redis"))]
     fn tell(&self, key: &str, note: Note) {
         self.signal(key, Some(note));
     }

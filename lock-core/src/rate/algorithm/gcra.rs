@@ -4,14 +4,17 @@
 //! same arithmetic in ticks; the in-memory backend hands a one-quota
 //! policy to `governor`, whose GCRA is the same, with this interval.
 
+#[cfg(feature = "redis")]
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::Unit;
+#[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::error::{Error, Result};
 use crate::rate::quota::Quota;
 
+#[cfg(feature = "redis")]
 static SCRIPT: LazyLock<LuaScript> = lua_script!("gcra.lua");
 
 /// GCRA, as the rate limiter runs it. In memory, the backend's keyed
@@ -19,12 +22,15 @@ static SCRIPT: LazyLock<LuaScript> = lua_script!("gcra.lua");
 /// decides a one-quota policy with the same interval.
 pub(super) static UNIT: Unit = Unit {
     tag: "gcra",
+    #[cfg(feature = "redis")]
     script: &SCRIPT,
+    #[cfg(feature = "redis")]
     quota_args,
     check_quota,
     window: None,
 };
 
+#[cfg(feature = "redis")]
 /// A quota's arguments to the script: its emission interval and burst
 /// window in ticks, and ticks per microsecond.
 fn quota_args(invocation: &mut Invocation<'_>, _quota: &Quota, gcra: &Gcra) {

@@ -11,10 +11,13 @@ pub(crate) mod gcra;
 pub(crate) mod sliding_window;
 pub(crate) mod window;
 
+#[cfg(feature = "redis")]
 use std::sync::LazyLock;
 
+#[cfg(feature = "redis")]
 use self::gcra::Gcra;
 use self::window::{Entry, Outcome};
+#[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript};
 use crate::error::Result;
 use crate::rate::quota::Quota;
@@ -62,8 +65,10 @@ pub(crate) struct Unit {
     /// argument is the cost (negative: at most that many); its reply is
     /// one string, "allowed quota remaining reset retry cost", the times
     /// in microseconds.
+    #[cfg(feature = "redis")]
     pub(crate) script: &'static LazyLock<LuaScript>,
     /// Appends one quota's arguments to the script's call.
+    #[cfg(feature = "redis")]
     pub(crate) quota_args: fn(&mut Invocation<'_>, &Quota, &Gcra),
     /// Refuses a quota the algorithm cannot keep.
     pub(crate) check_quota: fn(&Quota) -> Result<()>,

@@ -3,21 +3,27 @@
 //! weighted by how much of it still overlaps. Here: its script, the
 //! arguments of one quota, and its step in memory.
 
+#[cfg(feature = "redis")]
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::Unit;
+#[cfg(feature = "redis")]
 use super::gcra::Gcra;
 use super::window::{Entry, Outcome, Slot, first_max, first_min};
+#[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::rate::quota::Quota;
 
+#[cfg(feature = "redis")]
 static SCRIPT: LazyLock<LuaScript> = lua_script!("sliding_window.lua");
 
 /// The sliding window, as the rate limiter runs it.
 pub(super) static UNIT: Unit = Unit {
     tag: "sw",
+    #[cfg(feature = "redis")]
     script: &SCRIPT,
+    #[cfg(feature = "redis")]
     quota_args,
     check_quota: super::no_burst,
     window: Some(super::Window {
@@ -26,6 +32,7 @@ pub(super) static UNIT: Unit = Unit {
     }),
 };
 
+#[cfg(feature = "redis")]
 /// A quota's arguments to the script: its limit and period.
 fn quota_args(invocation: &mut Invocation<'_>, quota: &Quota, _gcra: &Gcra) {
     invocation.arg(quota.limit()).arg(quota.period_ms());
