@@ -63,7 +63,7 @@ impl Breaker {
         until != 0 && now_ms() < until
     }
 
-    fn trip(&self) {
+    pub(crate) fn trip(&self) {
         let open = u64::try_from(BREAKER_OPEN.as_millis()).unwrap_or(u64::MAX);
         self.open_until
             .store(now_ms().saturating_add(open), Ordering::Relaxed);

@@ -47,6 +47,11 @@ pub trait RateBackend: Clone + Send + Sync + 'static {
     /// the cost from all of them only if all allow it.
     fn check(&self, request: &RateRequest<'_>) -> impl Future<Output = Result<Decision>> + Send;
 
+    /// Whether [`check_now`](Self::check_now) always answers (the
+    /// in-memory backend): middleware then asks it alone, and prepares
+    /// no check to wait for. The default: no.
+    const DECIDES_AT_ONCE: bool = false;
+
     /// Decides at once when the backend can do so without waiting (the
     /// in-memory backend); `None` otherwise (the default). Middleware uses
     /// it to skip the asynchronous machinery.

@@ -197,6 +197,21 @@ pub(crate) enum CallerKey {
     Text(CompactString),
 }
 
+impl CallerKey {
+    /// The caller this key is.
+    #[inline]
+    pub(crate) fn caller(&self) -> Caller<'_> {
+        match self {
+            CallerKey::V4(v4) => Caller::Ipv4(Ipv4Addr::from(*v4)),
+            CallerKey::V6(network, prefix) => Caller::Ipv6 {
+                network: Ipv6Addr::from(*network),
+                prefix: *prefix,
+            },
+            CallerKey::Text(text) => Caller::Text(text.as_str()),
+        }
+    }
+}
+
 // The text's spare byte says which kind of key it is: no tag of its own.
 const _: () = assert!(std::mem::size_of::<CallerKey>() <= 24);
 

@@ -62,6 +62,7 @@ mod algorithm;
 pub mod backend;
 mod caller;
 mod decision;
+mod deferred;
 pub(crate) mod memory;
 mod policy;
 mod quota;
@@ -76,6 +77,7 @@ pub use self::backend::RateBackend;
 pub(crate) use self::backend::{Memo, RateRequest};
 pub use self::caller::{Caller, DEFAULT_V6_PREFIX};
 pub use self::decision::Decision;
+pub use self::deferred::{Checked, Deferred};
 pub use self::policy::{MAX_QUOTAS, Policy};
 pub use self::quota::{MAX_PERIOD, Quota};
 use crate::error::Result;
@@ -147,20 +149,29 @@ impl<B: RateBackend> RateLimiter<B> {
         &self.backend
     }
 
+    /// The request for `caller` and `cost`, both checked.
     fn request<'a>(&'a self, caller: Caller<'a>, cost: u32) -> Result<RateRequest<'a>> {
         let shared = &*self.shared;
         shared.policy.check_cost(cost)?;
         if caller.is_text() || !shared.address_keys_fit {
+            #[cfg(test)]
+            deferred::count_validation();
             caller.validate(self.scope.as_str().len())?;
         }
-        Ok(RateRequest {
+        Ok(self.checked_request(caller, cost))
+    }
+
+    /// The request for a caller and cost already checked for this scope.
+    fn checked_request<'a>(&'a self, caller: Caller<'a>, cost: u32) -> RateRequest<'a> {
+        let shared = &*self.shared;
+        RateRequest {
             scope: &self.scope,
             caller,
             policy: &shared.policy,
             cost,
             at_most: false,
             memo: &shared.memo,
-        })
+        }
     }
 
     /// Checks one unit of cost for `caller` (a `&str` key, an IP address, a
@@ -191,17 +202,22 @@ impl<B: RateBackend> RateLimiter<B> {
     /// One decision in a `rate.check` span (the scope, the caller, the
     /// cost, and whether it was allowed).
     async fn decide(&self, caller: Caller<'_>, cost: u32, at_most: bool) -> Result<Decision> {
-        use tracing::Instrument;
         let mut request = self.request(caller, cost)?;
         request.at_most = at_most;
+        self.ask(&request).await
+    }
+
+    /// Asks the backend for `request`'s decision in a `rate.check` span.
+    async fn ask(&self, request: &RateRequest<'_>) -> Result<Decision> {
+        use tracing::Instrument;
         let span = tracing::debug_span!(
             "rate.check",
             scope = self.scope.as_str(),
-            %caller,
-            cost,
+            caller = %request.caller,
+            cost = request.cost,
             allowed = tracing::field::Empty
         );
-        let decision = self.backend.check(&request).instrument(span.clone()).await;
+        let decision = self.backend.check(request).instrument(span.clone()).await;
         if let Ok(decision) = &decision {
             span.record("allowed", decision.allowed);
         }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::future::Either;
 use http::{HeaderValue, Response, StatusCode};
 use lock_core::backend::MemoryBackend;
-use lock_core::rate::{Caller, Decision, RateBackend, RateLimiter};
+use lock_core::rate::{Caller, Checked, Decision, Deferred, RateBackend, RateLimiter};
 
 use super::RateVerdict as Verdict;
 use crate::failure::{
@@ -75,10 +75,11 @@ impl<B: Clone, K: Clone> Clone for Limit<B, K> {
     }
 }
 
-/// How a decision starts: settled at once, or to ask the backend for.
+/// How a decision starts: settled at once, or to ask the backend for (the
+/// caller and cost checked, the key copied out of the request once).
 pub(super) enum Start {
     Now(Now),
-    Ask { key: String, cost: u32 },
+    Ask(Deferred),
 }
 
 /// A decision reached without waiting.
@@ -94,8 +95,9 @@ pub(super) enum Now {
 
 impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     /// Decides `request` at once when it has no key or the backend decides
-    /// without waiting (in memory); otherwise hands back the key to ask
-    /// with, copied out of the request.
+    /// without waiting (in memory); otherwise hands back the check to ask
+    /// the backend for. Either way lock-core is asked once, and checks the
+    /// key once.
     pub(super) fn start(&self, request: RequestParts<'_>) -> Start {
         if let Some(exempt) = &self.exempt
             && exempt(request)
@@ -107,6 +109,12 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             let Some(caller) = caller else {
                 return Start::Now(Now::NoKey(self.key.missing(request)));
             };
+            if !B::DECIDES_AT_ONCE {
+                return self.defer(caller, cost);
+            }
+            // A backend that always answers at once (memory) is asked
+            // alone, on a path kept apart from the one above: sharing it
+            // made this one, the layer's whole cost in memory, slower.
             let checked = self.limiter.check_now(caller, cost);
             // Looked at in place: moving the decision out only to drop it
             // would copy it.
@@ -118,19 +126,46 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             }
             match checked {
                 Some(Ok(decision)) => Start::Now(Now::Decided(decision)),
-                Some(Err(error)) => {
-                    match classify(error, self.failure, &self.metrics, self.named()) {
-                        // The failure policy applies on the asynchronous path.
-                        Fault::Backend(_) => ask(caller, cost),
-                        Fault::InvalidKey(reason) => {
-                            Start::Now(Now::NoKey(self.invalid(&caller.to_string(), reason)))
-                        }
-                        fault => Start::Now(Now::Fault(fault)),
-                    }
-                }
-                None => ask(caller, cost),
+                Some(Err(error)) => Start::Now(self.failed_at_once(caller, cost, error)),
+                None => self.defer(caller, cost),
             }
         })
+    }
+
+    /// Checks the caller and cost once and hands back the check to wait
+    /// for (or what was settled at once: a bad key or cost).
+    fn defer(&self, caller: Caller<'_>, cost: u32) -> Start {
+        match self.limiter.check_or_defer(caller, cost) {
+            Checked::Later(deferred) => Start::Ask(deferred),
+            Checked::Now(Ok(decision)) => Start::Now(Now::Decided(decision)),
+            Checked::Now(Err(error)) => Start::Now(self.failed_at_once(caller, cost, error)),
+        }
+    }
+
+    /// A check answered at once with an error: a bad key or cost, or (from
+    /// a backend of one's own) a failure, met with the failure policy as
+    /// on the asynchronous path.
+    #[cold]
+    fn failed_at_once(&self, caller: Caller<'_>, cost: u32, error: lock_core::Error) -> Now {
+        match classify(error, self.failure, &self.metrics, self.named()) {
+            Fault::InvalidKey(reason) => Now::NoKey(self.invalid(&caller.to_string(), reason)),
+            Fault::Backend(OnBackendFailure::Fallback) => {
+                self.breaker.trip();
+                let fallback = self
+                    .fallback
+                    .as_ref()
+                    .and_then(|f| f.check_now(caller, cost));
+                match fallback {
+                    Some(Ok(decision)) => Now::Decided(decision),
+                    _ => Now::Fault(Fault::Backend(OnBackendFailure::FailClosed)),
+                }
+            }
+            Fault::Backend(policy) => {
+                self.breaker.trip();
+                Now::Fault(Fault::Backend(policy))
+            }
+            fault => Now::Fault(fault),
+        }
     }
 
     /// The verdict of a decision reached without waiting.
@@ -147,10 +182,10 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         }
     }
 
-    /// One decision for `key` from the backend, bounded by the decision
-    /// timeout, with the failure policy applied.
-    pub(super) async fn decide(&self, key: String, cost: u32) -> Verdict {
-        let check = self.limiter.check_cost(&key, cost);
+    /// The decision `deferred` waits for from the backend, bounded by the
+    /// decision timeout, with the failure policy applied.
+    pub(super) async fn decide(&self, deferred: Deferred) -> Verdict {
+        let check = self.limiter.check_deferred(&deferred);
         match guarded(
             self.failure,
             &self.breaker,
@@ -161,9 +196,12 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         .await
         {
             Ok(decision) => self.verdict(decision),
-            Err(Fault::InvalidKey(reason)) => self.no_key(&self.invalid(&key, reason)),
+            Err(Fault::InvalidKey(reason)) => {
+                self.no_key(&self.invalid(&deferred.caller().to_string(), reason))
+            }
             Err(Fault::Backend(OnBackendFailure::Fallback)) => {
-                let fallback = self.fallback.as_ref().map(|f| f.check_cost(&key, cost));
+                let (caller, cost) = (deferred.caller(), deferred.cost());
+                let fallback = self.fallback.as_ref().map(|f| f.check_cost(caller, cost));
                 match fallback {
                     Some(fallback) => match fallback.await {
                         Ok(decision) => self.verdict(decision),
@@ -180,7 +218,7 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     pub(crate) async fn decide_for(&self, request: RequestParts<'_>) -> Verdict {
         match self.start(request) {
             Start::Now(now) => self.settle(now),
-            Start::Ask { key, cost } => self.decide(key, cost).await,
+            Start::Ask(deferred) => self.decide(deferred).await,
         }
     }
 
@@ -189,7 +227,7 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
     pub(crate) fn decide_erased(&self, request: RequestParts<'_>) -> ErasedDecision<'_> {
         match self.start(request) {
             Start::Now(now) => Either::Left(std::future::ready(self.settle(now))),
-            Start::Ask { key, cost } => Either::Right(Box::pin(self.decide(key, cost))),
+            Start::Ask(deferred) => Either::Right(Box::pin(self.decide(deferred))),
         }
     }
 
@@ -264,15 +302,6 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         if let Some(fields) = self.fields(decision) {
             fields.insert_into(headers);
         }
-    }
-}
-
-/// A decision to ask the backend for, with the key copied out of the
-/// request.
-fn ask(caller: Caller<'_>, cost: u32) -> Start {
-    Start::Ask {
-        key: caller.to_string(),
-        cost,
     }
 }
 

@@ -6,6 +6,8 @@ mod decide;
 mod future;
 mod layer;
 mod service;
+#[cfg(test)]
+mod tests;
 
 use bytes::Bytes;
 use http::Response;

@@ -102,7 +102,7 @@ where
         // waiting (in memory), is answered here: no boxed future, and the
         // ready service itself is called.
         let request = record_route::<R, _>(&self.limit.key, request);
-        let (key, cost) = match self.limit.start(RequestParts::new(&request).peer_as::<R>()) {
+        let deferred = match self.limit.start(RequestParts::new(&request).peer_as::<R>()) {
             // Most requests: allowed, with no fields to send. No verdict
             // is built for them, so nothing but the future is moved.
             Start::Now(Now::Allowed) => {
@@ -110,14 +110,14 @@ where
                 return ResponseFuture::calling(self.inner.call(request), None);
             }
             Start::Now(now) => return self.settled(request, now),
-            Start::Ask { key, cost } => (key, cost),
+            Start::Ask(deferred) => deferred,
         };
         // The clone that was driven to readiness serves this request.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let verdict = {
             let limit = self.limit.clone();
-            async move { limit.decide(key, cost).await }
+            async move { limit.decide(deferred).await }
         };
         ResponseFuture::new(Box::pin(verdict), request, inner, self.limit.clone())
     }

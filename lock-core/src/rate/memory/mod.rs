@@ -62,6 +62,8 @@ fn decide(backend: &MemoryBackend, request: &RateRequest<'_>) -> Decision {
 }
 
 impl RateBackend for MemoryBackend {
+    const DECIDES_AT_ONCE: bool = true;
+
     async fn check(&self, request: &RateRequest<'_>) -> Result<Decision> {
         Ok(decide(self, request))
     }
