@@ -13,10 +13,8 @@ use crate::backend::MemoryBackend;
 use crate::backend::{ClusterBackend, RedisBackend, SentinelBackend};
 use crate::counter::{CounterBackend, Purchase, Reservation, Settle};
 use crate::error::Result;
-#[cfg(feature = "redis")]
-use crate::lock::backend::RedisWaiter;
 use crate::lock::backend::{
-    AcquireRequest, Attempt, Handoff, Kind, LockBackend, LockState, MemoryWaiter, ReleaseWaiter,
+    AcquireRequest, Attempt, Handoff, Kind, LockBackend, LockState, ReleaseWaiter,
 };
 use crate::name::Name;
 use crate::rate::{Decision, RateBackend, RateRequest};
@@ -111,14 +109,15 @@ macro_rules! each {
     };
 }
 
-/// What waits for a release on an [`AnyBackend`].
+/// What waits for a release on an [`AnyBackend`]: its
+/// [`LockBackend::Waiter`], which no one needs to name.
 #[derive(Debug)]
 pub enum AnyWaiter {
     /// In memory.
-    Memory(MemoryWaiter),
+    Memory(<MemoryBackend as LockBackend>::Waiter),
     /// On Redis (any deployment).
     #[cfg(feature = "redis")]
-    Redis(RedisWaiter),
+    Redis(<RedisBackend as LockBackend>::Waiter),
 }
 
 impl ReleaseWaiter for AnyWaiter {

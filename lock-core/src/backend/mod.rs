@@ -38,4 +38,4 @@ pub use self::redis::RedisBackend;
 pub use self::sentinel::{SentinelBackend, SentinelConnection};
 #[cfg(feature = "redis")]
 pub use self::version::MIN_REDIS_VERSION;
-pub use crate::any::{AnyBackend, AnyWaiter};
+pub use crate::any::AnyBackend;

@@ -53,8 +53,3 @@ pub use super::interface::{
     AcquireRequest, Attempt, FAIR_SLOT, HANDOFF_CLAIM, Handoff, Kind, LockBackend, LockState,
     RELEASE_REMEMBERED, ReleaseWaiter,
 };
-pub use super::memory::MemoryWaiter;
-#[cfg(feature = "redis")]
-pub use super::redis_waiter::RedisWaiter;
-#[cfg(feature = "redis")]
-pub use super::redlock::RedlockWaiter;

@@ -5,8 +5,6 @@ mod backend;
 #[cfg(test)]
 mod tests;
 
-pub use self::backend::MemoryWaiter;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};

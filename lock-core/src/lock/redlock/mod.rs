@@ -11,8 +11,6 @@ mod order;
 mod tally;
 mod waiter;
 
-pub use self::waiter::RedlockWaiter;
-
 use self::order::{Book, Lines, fan_out};
 use self::tally::{majority, tally};
 use crate::backend::{RedisBackend, RedisConfig};
@@ -50,7 +48,7 @@ use crate::time::sum;
 /// release held back by a stalled connection would otherwise be lost.
 /// Use it with [`Lock`](super::Lock) like any backend: guards, watchdog
 /// and lease-lost signal work the same, and waiters are woken by pub/sub
-/// when the holder releases (see [`RedlockWaiter`]).
+/// when the holder releases (see `RedlockWaiter`).
 ///
 /// Plain locks only, without fencing tokens: N independent counters cannot
 /// give one monotonic sequence. A [`LockBackend`](super::LockBackend) is
