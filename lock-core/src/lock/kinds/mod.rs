@@ -24,6 +24,8 @@ pub(crate) use self::memory::{Held, Wake};
 #[cfg(feature = "redis")]
 pub(crate) use self::plain::redlock_only;
 #[cfg(feature = "redis")]
+use self::redis::Keys;
+#[cfg(feature = "redis")]
 pub(crate) use self::redis::{Channel, Handoffs};
 use super::interface::Kind;
 #[cfg(feature = "redis")]
@@ -60,6 +62,13 @@ pub(crate) trait LockKind {
         false
     }
 
+    /// The lock's own key, its release channel and where its releases are
+    /// remembered: `<tag>`, `<tag>:released` and `<tag>:last` by default.
+    #[cfg(feature = "redis")]
+    fn keys(&self, keys: &KeySpace, name: &Name) -> Keys {
+        Keys::tagged(keys, name, self.tag())
+    }
+
     /// The call that tries to take the lock for `request`.
     #[cfg(feature = "redis")]
     fn acquire_call(&self, keys: &KeySpace, request: &AcquireRequest<'_>) -> Invocation<'static>;
@@ -87,15 +96,22 @@ pub(crate) trait LockKind {
 
     /// The call that releases the lock whoever holds it.
     #[cfg(feature = "redis")]
-    fn force_release_call(&self, keys: &KeySpace, name: &Name) -> Invocation<'static>;
+    fn force_release_call(&self, keys: &KeySpace, name: &Name) -> Invocation<'static> {
+        let keys = self.keys(keys, name);
+        redis::force_release(&keys.lock, &keys.channel)
+    }
 
     /// The call that says who holds the lock: `{taken, ms, holder}` or nil.
     #[cfg(feature = "redis")]
     fn inspect_call(&self, keys: &KeySpace, name: &Name) -> Invocation<'static>;
 
-    /// The channel on which `token`'s waiter hears of releases.
+    /// The channel on which `token`'s waiter hears of releases: by
+    /// default the lock's release channel, shared by every waiter.
     #[cfg(feature = "redis")]
-    fn channel(&self, keys: &KeySpace, name: &Name, token: &str) -> Channel;
+    fn channel(&self, keys: &KeySpace, name: &Name, token: &str) -> Channel {
+        let _ = token;
+        Channel::wake_ups(self.keys(keys, name).channel)
+    }
 
     /// A free lock's state in memory.
     fn memory_state(&self) -> Box<dyn Held>;

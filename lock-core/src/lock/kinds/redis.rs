@@ -66,7 +66,7 @@ pub(super) fn read_acquire(reply: &[i64], fenced: bool) -> Result<Attempt> {
 }
 
 /// The keys of one lock of one kind.
-pub(super) struct Keys {
+pub(crate) struct Keys {
     pub(super) lock: String,
     pub(super) channel: String,
     /// Where the releases of this lock are remembered for

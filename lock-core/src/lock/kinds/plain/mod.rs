@@ -17,7 +17,7 @@ pub(crate) use self::redlock::redlock_only;
 use super::LockKind;
 use super::memory::{Held, Token, Wake, busy, ms};
 #[cfg(feature = "redis")]
-use super::redis::{self, Channel, FENCE_TTL, Keys, millis};
+use super::redis::{self, FENCE_TTL, Keys, millis};
 #[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 #[cfg(feature = "redis")]
@@ -53,6 +53,13 @@ fn keys(keys: &KeySpace, name: &Name) -> Keys {
 impl LockKind for Plain {
     fn tag(&self) -> &'static str {
         "lock"
+    }
+
+    /// The plain lock keeps the shortest names, as other clients of the
+    /// `SET NX PX` convention expect: `lock`, `released`, `lock:last`.
+    #[cfg(feature = "redis")]
+    fn keys(&self, ks: &KeySpace, name: &Name) -> Keys {
+        keys(ks, name)
     }
 
     #[cfg(feature = "redis")]
@@ -101,19 +108,8 @@ impl LockKind for Plain {
     }
 
     #[cfg(feature = "redis")]
-    fn force_release_call(&self, ks: &KeySpace, name: &Name) -> Invocation<'static> {
-        let keys = keys(ks, name);
-        redis::force_release(&keys.lock, &keys.channel)
-    }
-
-    #[cfg(feature = "redis")]
     fn inspect_call(&self, ks: &KeySpace, name: &Name) -> Invocation<'static> {
         redis::inspect(&ks.key(name, "lock"), None, "string")
-    }
-
-    #[cfg(feature = "redis")]
-    fn channel(&self, ks: &KeySpace, name: &Name, _token: &str) -> Channel {
-        Channel::wake_ups(keys(ks, name).channel)
     }
 
     fn memory_state(&self) -> Box<dyn Held> {

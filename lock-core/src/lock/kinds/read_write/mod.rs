@@ -15,7 +15,7 @@ use self::memory::ReadWrite as State;
 use super::LockKind;
 use super::memory::{Held, Wake};
 #[cfg(feature = "redis")]
-use super::redis::{self, Channel, FENCE_TTL, Keys, millis};
+use super::redis::{self, FENCE_TTL, Keys, millis};
 #[cfg(feature = "redis")]
 use super::reentrant::EXTEND;
 #[cfg(feature = "redis")]
@@ -102,19 +102,8 @@ impl LockKind for ReadWrite {
     }
 
     #[cfg(feature = "redis")]
-    fn force_release_call(&self, ks: &KeySpace, name: &Name) -> Invocation<'static> {
-        let keys = Keys::tagged(ks, name, TAG);
-        redis::force_release(&keys.lock, &keys.channel)
-    }
-
-    #[cfg(feature = "redis")]
     fn inspect_call(&self, ks: &KeySpace, name: &Name) -> Invocation<'static> {
         redis::inspect(&ks.key(name, TAG), None, "rw")
-    }
-
-    #[cfg(feature = "redis")]
-    fn channel(&self, ks: &KeySpace, name: &Name, _token: &str) -> Channel {
-        Channel::wake_ups(Keys::tagged(ks, name, TAG).channel)
     }
 
     fn memory_state(&self) -> Box<dyn Held> {

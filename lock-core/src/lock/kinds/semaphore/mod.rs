@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::LockKind;
 use super::memory::{Held, Token, Wake, busy, ms};
 #[cfg(feature = "redis")]
-use super::redis::{self, Channel, Keys, millis};
+use super::redis::{self, Keys, millis};
 #[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 #[cfg(feature = "redis")]
@@ -94,19 +94,8 @@ impl LockKind for Semaphore {
     }
 
     #[cfg(feature = "redis")]
-    fn force_release_call(&self, ks: &KeySpace, name: &Name) -> Invocation<'static> {
-        let keys = Keys::tagged(ks, name, TAG);
-        redis::force_release(&keys.lock, &keys.channel)
-    }
-
-    #[cfg(feature = "redis")]
     fn inspect_call(&self, ks: &KeySpace, name: &Name) -> Invocation<'static> {
         redis::inspect(&ks.key(name, TAG), None, "zset")
-    }
-
-    #[cfg(feature = "redis")]
-    fn channel(&self, ks: &KeySpace, name: &Name, _token: &str) -> Channel {
-        Channel::wake_ups(Keys::tagged(ks, name, TAG).channel)
     }
 
     fn memory_state(&self) -> Box<dyn Held> {
