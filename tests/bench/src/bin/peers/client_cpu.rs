@@ -9,7 +9,8 @@
 //! server that works longer per call (our GCRA script against one `INCR`)
 //! answers fewer calls a second, and the client's threads park and wake
 //! more often per call: that shows in the client's CPU per call although
-//! the client does no more. So each setup is also measured **paced**: every
+//! the client does no more (the table counts the client's thread wake-ups
+//! per call beside its CPU). So each setup is also measured **paced**: every
 //! row at the same rate of script calls, [`PACE`], well below what any row
 //! reaches, with the CPU of the pacing alone (the same tasks waking on
 //! the same schedule and calling nothing) measured in the same round and
@@ -33,6 +34,14 @@ use crate::median_and_quartiles;
 
 /// Our GCRA script, as the decision sends it.
 const GCRA: &str = include_str!("../../../../../lock-core/src/rate/algorithm/gcra.lua");
+/// Our plain lock's scripts, as its acquire (after the fencing prelude)
+/// and its release send them.
+const LOCK_ACQUIRE: [&str; 2] = [
+    include_str!("../../../../../lock-core/src/lock/kinds/fence.lua"),
+    include_str!("../../../../../lock-core/src/lock/kinds/plain/acquire.lua"),
+];
+const LOCK_RELEASE: &str =
+    include_str!("../../../../../lock-core/src/lock/kinds/plain/release.lua");
 
 /// Concurrent callers, each with a key (or a lock) of its own.
 const CALLERS: usize = 256;
@@ -55,6 +64,9 @@ enum Work {
     GcraScript,
     /// Our GCRA decision.
     Decision,
+    /// redis-rs alone: `EVALSHA` of our lock's acquire script, then of its
+    /// release script, with our keys and arguments (two calls).
+    LockScripts,
     /// Our lock, taken and released (two calls), with a fixed lease.
     Cycle,
     /// The same with the default lease (a watchdog renews it).
@@ -63,11 +75,12 @@ enum Work {
 
 impl Work {
     /// The pacing first and redis-rs alone second: [`rounds`] counts on it.
-    const ALL: [Work; 6] = [
+    const ALL: [Work; 7] = [
         Work::Pacing,
         Work::Script,
         Work::GcraScript,
         Work::Decision,
+        Work::LockScripts,
         Work::Cycle,
         Work::CycleWatchdog,
     ];
@@ -82,6 +95,7 @@ impl Work {
             Work::Script => "script",
             Work::GcraScript => "gcra-script",
             Work::Decision => "decision",
+            Work::LockScripts => "lock-scripts",
             Work::Cycle => "cycle",
             Work::CycleWatchdog => "watchdog",
         }
@@ -93,6 +107,9 @@ impl Work {
             Work::Script => "redis-rs alone, `EVALSHA` of a one-`INCR` script",
             Work::GcraScript => "redis-rs alone, `EVALSHA` of our GCRA script",
             Work::Decision => "ours, GCRA decision",
+            Work::LockScripts => {
+                "redis-rs alone, `EVALSHA` of our lock's acquire and release scripts, per cycle"
+            }
             Work::Cycle => "ours, lock acquire + release (10 s lease), per cycle",
             Work::CycleWatchdog => "ours, the same with the default watchdog lease",
         }
@@ -102,14 +119,16 @@ impl Work {
     fn calls(self) -> f64 {
         match self {
             Work::Pacing | Work::Script | Work::GcraScript | Work::Decision => 1.0,
-            Work::Cycle | Work::CycleWatchdog => 2.0,
+            Work::LockScripts | Work::Cycle | Work::CycleWatchdog => 2.0,
         }
     }
 }
 
 /// The CPU time so far of every thread of this process, in nanoseconds,
-/// from `/proc/self/task/<tid>/schedstat` (its first field).
-fn threads_cpu() -> Result<HashMap<u32, u64>, Error> {
+/// and how many times it was put on a CPU (each wake-up of a parked
+/// thread is one), from `/proc/self/task/<tid>/schedstat` (its first and
+/// third fields).
+fn threads_cpu() -> Result<HashMap<u32, Spent>, Error> {
     let mut cpu = HashMap::new();
     for task in std::fs::read_dir("/proc/self/task")? {
         let task = task?;
@@ -117,22 +136,41 @@ fn threads_cpu() -> Result<HashMap<u32, u64>, Error> {
         let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
             continue;
         };
-        let ns = stat.split_whitespace().next().ok_or("empty schedstat")?;
-        cpu.insert(task.file_name().to_string_lossy().parse()?, ns.parse()?);
+        let mut fields = stat.split_whitespace();
+        let ns = fields.next().ok_or("empty schedstat")?.parse()?;
+        let runs = fields.nth(1).ok_or("short schedstat")?.parse()?;
+        cpu.insert(
+            task.file_name().to_string_lossy().parse()?,
+            Spent { ns, runs },
+        );
     }
     Ok(cpu)
 }
 
-/// CPU nanoseconds spent since `before` by the threads alive now (a thread
-/// started meanwhile counts from zero; the runtime's threads live through).
-fn cpu_since(before: &HashMap<u32, u64>) -> Result<u64, Error> {
-    Ok(threads_cpu()?
-        .iter()
-        .map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
-        .sum())
+/// What the threads of this process spent: CPU nanoseconds, and times
+/// put on a CPU.
+#[derive(Clone, Copy, Default)]
+struct Spent {
+    ns: u64,
+    runs: u64,
 }
 
-/// Client CPU nanoseconds per unit of `work` and units per second, with
+/// What the threads alive now spent since `before` (a thread started
+/// meanwhile counts from zero; the runtime's threads live through).
+fn cpu_since(before: &HashMap<u32, Spent>) -> Result<Spent, Error> {
+    Ok(threads_cpu()?
+        .iter()
+        .fold(Spent::default(), |sum, (tid, now)| {
+            let then = before.get(tid).copied().unwrap_or_default();
+            Spent {
+                ns: sum.ns + now.ns.saturating_sub(then.ns),
+                runs: sum.runs + now.runs.saturating_sub(then.runs),
+            }
+        }))
+}
+
+/// Client CPU nanoseconds per unit of `work`, units per second, and the
+/// client's threads' wake-ups per unit, with
 /// [`CALLERS`] tasks at once for `run_for`: each calling again as soon as
 /// it is answered, or with `paced`, all together at [`PACE`] script calls a
 /// second, each on a schedule of its own.
@@ -141,7 +179,7 @@ async fn measure<C>(
     work: Work,
     run_for: Duration,
     paced: bool,
-) -> Result<(f64, f64), Error>
+) -> Result<(f64, f64, f64), Error>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     RedisBackend<C>: RateBackend + LockBackend,
@@ -150,8 +188,16 @@ where
     let done = Arc::new(AtomicU64::new(0));
     let script = Arc::new(match work {
         Work::GcraScript => redis::Script::new(GCRA),
+        Work::LockScripts => redis::Script::new(&LOCK_ACQUIRE.concat()),
         _ => redis::Script::new("return redis.call('INCR', KEYS[1])"),
     });
+    // Sent as our release sends it: on sharded channels where the backend
+    // wakes waiters on them.
+    let release = Arc::new(redis::Script::new(&if backend.sharded_pubsub() {
+        LOCK_RELEASE.replace("'PUBLISH'", "'SPUBLISH'")
+    } else {
+        LOCK_RELEASE.to_owned()
+    }));
     let limiter = RateLimiter::new(backend.clone(), "cpu", gcra_policy())?;
     let fixed = LockOptions::new().lease(Duration::from_secs(10));
     let mut tasks = Vec::with_capacity(CALLERS);
@@ -160,7 +206,8 @@ where
     let period = Duration::from_secs_f64(CALLERS as f64 * work.calls() / PACE);
     let first = tokio::time::Instant::now();
     for caller in 0..CALLERS {
-        let (stop, done, script) = (stop.clone(), done.clone(), script.clone());
+        let (stop, done, script, release) =
+            (stop.clone(), done.clone(), script.clone(), release.clone());
         let (backend, limiter) = (backend.clone(), limiter.clone());
         let key = format!("cpu-{caller}");
         let lock = match work {
@@ -170,6 +217,7 @@ where
         let mut next = first + period.mul_f64(caller as f64 / CALLERS as f64);
         tasks.push(tokio::spawn(async move {
             let mut conn = backend.connection();
+            let mut cycles = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 if paced || work == Work::Pacing {
                     tokio::time::sleep_until(next).await;
@@ -190,6 +238,36 @@ where
                             .arg(1_000)
                             .invoke_async(&mut conn)
                             .await?;
+                    }
+                    Work::LockScripts => {
+                        // The keys and arguments our plain lock sends, a
+                        // fresh 32-digit token each cycle.
+                        cycles += 1;
+                        let token = format!("{caller:08x}{cycles:024x}");
+                        let lock = format!("lock:{{{key}}}:lock");
+                        let taken: Vec<i64> = script
+                            .key(&lock)
+                            .key(format!("lock:{{{key}}}:fence"))
+                            .arg(&token)
+                            .arg(10_000)
+                            .arg("0")
+                            .arg(604_800_000)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        if taken.first() != Some(&1) {
+                            return Err::<(), Error>(format!("{key} was busy").into());
+                        }
+                        let released: i64 = release
+                            .key(&lock)
+                            .key(format!("lock:{{{key}}}:lock:last:{token}"))
+                            .arg(&token)
+                            .arg(format!("lock:{{{key}}}:released"))
+                            .arg(60_000)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        if released != 1 {
+                            return Err::<(), Error>(format!("{key} was not released").into());
+                        }
                     }
                     Work::Decision => {
                         if !limiter.check(key.as_str()).await?.allowed {
@@ -212,14 +290,18 @@ where
     let (before, counted) = (threads_cpu()?, done.load(Ordering::Relaxed));
     let started = tokio::time::Instant::now();
     tokio::time::sleep(run_for).await;
-    let (cpu, units) = (cpu_since(&before)?, done.load(Ordering::Relaxed) - counted);
+    let (spent, units) = (cpu_since(&before)?, done.load(Ordering::Relaxed) - counted);
     let elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await??;
     }
     let units = units.max(1) as f64;
-    Ok((cpu as f64 / units, units / elapsed.as_secs_f64()))
+    Ok((
+        spent.ns as f64 / units,
+        units / elapsed.as_secs_f64(),
+        spent.runs as f64 / units,
+    ))
 }
 
 /// One setup's figures, over interleaved rounds: per work, the CPU per
@@ -250,9 +332,10 @@ where
             if Work::ALL[i] == Work::Pacing && !paced {
                 continue;
             }
-            let (per_unit, rate) = measure(backend, Work::ALL[i], run_for, paced).await?;
+            let (per_unit, rate, wakes) = measure(backend, Work::ALL[i], run_for, paced).await?;
             ns[i] = per_unit;
             figures[i].rate.push(rate);
+            figures[i].wakes.push(wakes / Work::ALL[i].calls());
         }
         // Work::ALL[0] is the pacing, Work::ALL[1] redis-rs alone: the
         // reference of the round.
@@ -271,17 +354,21 @@ where
 struct Figures {
     ns: Vec<f64>,
     rate: Vec<f64>,
+    /// The client's threads' wake-ups per script call.
+    wakes: Vec<f64>,
     ratio: Vec<f64>,
 }
 
 impl Figures {
-    /// `µs (quartiles) | per second | ratio (quartiles)` of the median round.
+    /// `µs (quartiles) | per second | wake-ups per call | ratio
+    /// (quartiles)` of the median round.
     fn cells(&self) -> String {
         let (ns, ns_low, ns_high) = median_and_quartiles(self.ns.clone());
         let (rate, _, _) = median_and_quartiles(self.rate.clone());
+        let (wakes, _, _) = median_and_quartiles(self.wakes.clone());
         let (ratio, low, high) = median_and_quartiles(self.ratio.clone());
         format!(
-            "{:.1} ({:.1} to {:.1}) | {:.0}k | {ratio:.2}x ({low:.2} to {high:.2})",
+            "{:.1} ({:.1} to {:.1}) | {:.0}k | {wakes:.2} | {ratio:.2}x ({low:.2} to {high:.2})",
             ns / 1e3,
             ns_low / 1e3,
             ns_high / 1e3,
@@ -329,8 +416,10 @@ pub(super) async fn client_cpu(quick: bool) -> Result<(), Error> {
         } else {
             "ratio per call"
         };
-        println!("| {label}: client CPU per call | µs | per second | {ratio} |");
-        println!("|---|---:|---:|---:|");
+        println!(
+            "| {label}: client CPU per call | µs | per second | client thread wake-ups per call | {ratio} |"
+        );
+        println!("|---|---:|---:|---:|---:|");
         for (work, figures) in Work::ALL.into_iter().zip(&figures) {
             if work == Work::Pacing && !paced {
                 continue;
@@ -343,13 +432,14 @@ pub(super) async fn client_cpu(quick: bool) -> Result<(), Error> {
 }
 
 /// One work alone for `seconds`, for a profiler: `--cpu-loop <work>
-/// <seconds> [cluster]`, work one of `script`, `decision`, `cycle`,
-/// `watchdog`.
+/// <seconds> [cluster]`, work one of `script`, `gcra-script`, `decision`,
+/// `lock-scripts`, `cycle`, `watchdog`.
 pub(super) async fn cpu_loop(mut args: impl Iterator<Item = String>) -> Result<(), Error> {
-    let usage = "--cpu-loop script|decision|cycle|watchdog <seconds> [cluster]";
+    let usage =
+        "--cpu-loop script|gcra-script|decision|lock-scripts|cycle|watchdog <seconds> [cluster]";
     let work = args.next().as_deref().and_then(Work::named).ok_or(usage)?;
     let run_for = Duration::from_secs_f64(args.next().ok_or(usage)?.parse()?);
-    let (ns, rate) = if args.next().as_deref() == Some("cluster") {
+    let (ns, rate, wakes) = if args.next().as_deref() == Some("cluster") {
         let cluster = RedisCluster::start();
         measure(&cluster.connect().await, work, run_for, false).await?
     } else {
@@ -358,7 +448,7 @@ pub(super) async fn cpu_loop(mut args: impl Iterator<Item = String>) -> Result<(
         measure(&backend, work, run_for, false).await?
     };
     println!(
-        "{}: {:.2} µs CPU per unit, {rate:.0}/s",
+        "{}: {:.2} µs CPU per unit, {rate:.0}/s, {wakes:.2} thread wake-ups per unit",
         work.label(),
         ns / 1e3
     );
@@ -377,6 +467,7 @@ mod tests {
         for i in 0..1_000_000u64 {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
         }
-        assert!(cpu_since(&before).expect("schedstat") > 0);
+        let spent = cpu_since(&before).expect("schedstat");
+        assert!(spent.ns > 0);
     }
 }

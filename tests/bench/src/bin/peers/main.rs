@@ -9,6 +9,11 @@
 //! `4t` and `4m` name one table of section 4, and `4h` the HTTP table's
 //! servers without Redis, in 25 rounds instead of 5.
 //!
+//! For a profiler, one work alone: `-- --cpu-loop <work> <seconds>` (a
+//! row of section 7), `-- --layer-loop <router> <requests>` (a router of
+//! section 4), `-- --redlock-loop ours|raw <rounds>` (section 3's Redlock
+//! acquire and release, or the same commands from redis-rs alone).
+//!
 //! 1. decision throughput vs `redis-benchmark` on the same call;
 //! 2. lock latency: uncontended acquire+release vs two round trips
 //!    (`redis-benchmark -c 1`), and handoff (release -> next holder) for our
@@ -148,6 +153,12 @@ async fn main() -> Result<(), Error> {
             .parse()?;
         let cold = layer_loop_args.next().as_deref() == Some("cold");
         return layers::layer_loop(&router, n, cold).await;
+    }
+    if std::env::args().any(|a| a == "--redlock-loop") {
+        let args = std::env::args()
+            .skip_while(|a| a != "--redlock-loop")
+            .skip(1);
+        return redlock::redlock_loop(args).await;
     }
     if std::env::args().any(|a| a == "--cpu-loop") {
         let args = std::env::args().skip_while(|a| a != "--cpu-loop").skip(1);

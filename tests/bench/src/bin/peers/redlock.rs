@@ -310,3 +310,41 @@ async fn acquires_behind(
     }
     Ok(acquires)
 }
+
+/// One Redlock acquire and release after another over 5 servers, for a
+/// profiler: `--redlock-loop ours|raw <rounds>`. `raw` is redis-rs alone
+/// sending the same `SET NX PX` to the 5 at once and then the `DEL`s: the
+/// same ten commands with no lock logic.
+pub(super) async fn redlock_loop(mut args: impl Iterator<Item = String>) -> Result<(), Error> {
+    let usage = "--redlock-loop ours|raw <rounds>";
+    let work = args.next().ok_or(usage)?;
+    let rounds: usize = args.next().ok_or(usage)?.parse()?;
+    let servers = RedisServer::start_many(5);
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    match work.as_str() {
+        "ours" => {
+            let options = LockOptions::new().lease(Duration::from_secs(10));
+            let lock = Lock::with_options(Redlock::connect(&url_refs).await?, "loop", options)?;
+            for _ in 0..rounds {
+                timed(&lock).await?;
+            }
+        }
+        "raw" => {
+            let mut raw = Vec::new();
+            for server in &servers {
+                raw.push(redis::aio::ConnectionManager::new(server.client()).await?);
+            }
+            for _ in 0..rounds {
+                fan_out(&raw, "loop", 3).await?;
+            }
+        }
+        _ => return Err(usage.into()),
+    }
+    println!(
+        "{work}: {:.1} us per acquire and release",
+        started.elapsed().as_secs_f64() * 1e6 / rounds as f64
+    );
+    Ok(())
+}
