@@ -307,8 +307,8 @@ where
 /// One setup's figures, over interleaved rounds: per work, the CPU per
 /// unit of each round and its ratio to redis-rs alone per script call
 /// (per unit divided by its calls) in the same round; `paced`, each row's
-/// CPU less the pacing's before the ratio (the pacing row is run only
-/// then).
+/// CPU per unit less the pacing's per unit before the ratio (the pacing
+/// row is run only then).
 async fn rounds<C>(
     backend: &RedisBackend<C>,
     rounds: usize,
@@ -339,8 +339,10 @@ where
         }
         // Work::ALL[0] is the pacing, Work::ALL[1] redis-rs alone: the
         // reference of the round.
+        // Every unit of work (a lock cycle too) waits for its turn once,
+        // as each unit of the pacing does: one unit of it comes off.
         let pacing = ns[0];
-        let net = |work: Work, ns: f64| (ns - pacing * work.calls()) / work.calls();
+        let net = |work: Work, ns: f64| (ns - pacing) / work.calls();
         let reference = net(Work::Script, ns[1]);
         for ((work, figures), ns) in Work::ALL.into_iter().zip(&mut figures).zip(ns) {
             figures.ns.push(ns);
