@@ -125,8 +125,8 @@ impl Work {
 }
 
 /// The CPU time so far of every thread of this process, in nanoseconds,
-/// and how many times it was put on a CPU (each wake-up of a parked
-/// thread is one), from `/proc/self/task/<tid>/schedstat` (its first and
+/// and how many times it was put on a CPU (a wake-up, or a return after
+/// preemption), from `/proc/self/task/<tid>/schedstat` (its first and
 /// third fields).
 fn threads_cpu() -> Result<HashMap<u32, Spent>, Error> {
     let mut cpu = HashMap::new();

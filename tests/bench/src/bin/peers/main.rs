@@ -12,7 +12,8 @@
 //! For a profiler, one work alone: `-- --cpu-loop <work> <seconds>` (a
 //! row of section 7), `-- --layer-loop <router> <requests>` (a router of
 //! section 4), `-- --redlock-loop ours|raw <rounds>` (section 3's Redlock
-//! acquire and release, or the same commands from redis-rs alone).
+//! acquire and release, or its `SET NX PX` and a `DEL` from redis-rs
+//! alone).
 //!
 //! 1. decision throughput vs `redis-benchmark` on the same call;
 //! 2. lock latency: uncontended acquire+release vs two round trips

@@ -312,9 +312,9 @@ async fn acquires_behind(
 }
 
 /// One Redlock acquire and release after another over 5 servers, for a
-/// profiler: `--redlock-loop ours|raw <rounds>`. `raw` is redis-rs alone
-/// sending the same `SET NX PX` to the 5 at once and then the `DEL`s: the
-/// same ten commands with no lock logic.
+/// profiler: `--redlock-loop ours|raw <rounds>`. `raw` is redis-rs alone,
+/// with no lock logic: the same `SET NX PX` to the 5 at once, then a `DEL`
+/// to each (ours releases by its compare-and-delete script instead).
 pub(super) async fn redlock_loop(mut args: impl Iterator<Item = String>) -> Result<(), Error> {
     let usage = "--redlock-loop ours|raw <rounds>";
     let work = args.next().ok_or(usage)?;
