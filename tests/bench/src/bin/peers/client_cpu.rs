@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use lock_bench::Error;
 use lock_core::backend::RedisBackend;
+use lock_core::lock::backend::RELEASE_REMEMBERED;
 use lock_core::lock::{Lock, LockBackend, LockOptions};
 use lock_core::rate::{RateBackend, RateLimiter};
 use lock_tests::RedisServer;
@@ -251,6 +252,7 @@ where
                             .arg(&token)
                             .arg(10_000)
                             .arg("0")
+                            // The fencing counter's TTL (a week), as ours sends.
                             .arg(604_800_000)
                             .invoke_async(&mut conn)
                             .await?;
@@ -262,7 +264,7 @@ where
                             .key(format!("lock:{{{key}}}:lock:last:{token}"))
                             .arg(&token)
                             .arg(format!("lock:{{{key}}}:released"))
-                            .arg(60_000)
+                            .arg(RELEASE_REMEMBERED.as_millis() as u64)
                             .invoke_async(&mut conn)
                             .await?;
                         if released != 1 {
