@@ -35,10 +35,12 @@ impl LockBackend for Redlock {
         let (lines, _) = self.lines(token, lease);
         let bound = self.per_server_timeout;
         let sets: Arc<[SetState]> = self.servers.iter().map(|_| SetState::default()).collect();
+        // One copy of the token for every server's call and undo.
+        let shared: Arc<str> = token.into();
         let results = self
             .on_all_until(
                 |i, server| {
-                    let (name, token, sets) = (name.clone(), token.to_owned(), sets.clone());
+                    let (name, token, sets) = (name.clone(), shared.clone(), sets.clone());
                     let place = place(&lines, i);
                     async move {
                         let set = &sets[i];
@@ -97,7 +99,7 @@ impl LockBackend for Redlock {
                 if sets[i].nothing_to_undo() {
                     return Either::Left(std::future::ready(Ok(false)));
                 }
-                let (name, token, sets) = (name.clone(), token.to_owned(), sets.clone());
+                let (name, token, sets) = (name.clone(), shared.clone(), sets.clone());
                 let place = place(&lines, i);
                 Either::Right(detached(async move {
                     place
@@ -147,10 +149,11 @@ impl LockBackend for Redlock {
         let (lines, ends) = self.tokens.take(token, self.servers.len());
         let until = ends.unwrap_or_else(Instant::now);
         let wait = self.turn_bound(ends);
+        let shared: Arc<str> = token.into();
         let results = self
             .on_all_until(
                 |i, server| {
-                    let (name, token) = (name.clone(), token.to_owned());
+                    let (name, token) = (name.clone(), shared.clone());
                     let place = place(&lines, i);
                     detached(async move {
                         place
