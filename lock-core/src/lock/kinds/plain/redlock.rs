@@ -49,9 +49,9 @@ where
         waits: bool,
     ) -> Result<Attempt> {
         let key = self.key(name, "lock");
-        // Sized up front (six arguments: the name, key, token, two flags
-        // and at most 20 digits): grown argument by argument, its buffer
-        // was reallocated three times on every call to every server.
+        // Sized up front (six arguments: `SET`, the key, the token, two
+        // flags and at most 20 digits): grown argument by argument, its
+        // buffer was reallocated three times on every call to every server.
         let mut set = redis::Cmd::with_capacity(6, key.len() + token.len() + 27);
         set.arg("SET")
             .arg(&key)
