@@ -25,6 +25,7 @@ use lock_bench::Error;
 use lock_core::backend::RedisBackend;
 use lock_core::lock::backend::RELEASE_REMEMBERED;
 use lock_core::lock::{Lock, LockBackend, LockOptions};
+use lock_core::name::Name;
 use lock_core::rate::{RateBackend, RateLimiter};
 use lock_tests::RedisServer;
 use lock_tests::cluster::RedisCluster;
@@ -215,6 +216,18 @@ where
             Work::CycleWatchdog => Lock::new(backend.clone(), &key)?,
             _ => Lock::with_options(backend.clone(), &key, fixed)?,
         };
+        // The plain lock's keys for this caller, from the backend's key
+        // space: the lock, its fencing counter, its release channel, and
+        // where its releases are remembered (by token).
+        let keys = {
+            let (space, name) = (backend.keyspace(), Name::new(&key)?);
+            [
+                space.key(&name, "lock"),
+                space.key(&name, "fence"),
+                space.key(&name, "released"),
+                space.key(&name, "lock:last"),
+            ]
+        };
         let mut next = first + period.mul_f64(caller as f64 / CALLERS as f64);
         tasks.push(tokio::spawn(async move {
             let mut conn = backend.connection();
@@ -245,10 +258,10 @@ where
                         // fresh 32-digit token each cycle.
                         cycles += 1;
                         let token = format!("{caller:08x}{cycles:024x}");
-                        let lock = format!("lock:{{{key}}}:lock");
+                        let [lock, fence, channel, last] = &keys;
                         let taken: Vec<i64> = script
-                            .key(&lock)
-                            .key(format!("lock:{{{key}}}:fence"))
+                            .key(lock)
+                            .key(fence)
                             .arg(&token)
                             .arg(10_000)
                             .arg("0")
@@ -260,10 +273,10 @@ where
                             return Err::<(), Error>(format!("{key} was busy").into());
                         }
                         let released: i64 = release
-                            .key(&lock)
-                            .key(format!("lock:{{{key}}}:lock:last:{token}"))
+                            .key(lock)
+                            .key(format!("{last}:{token}"))
                             .arg(&token)
-                            .arg(format!("lock:{{{key}}}:released"))
+                            .arg(channel)
                             .arg(RELEASE_REMEMBERED.as_millis() as u64)
                             .invoke_async(&mut conn)
                             .await?;
