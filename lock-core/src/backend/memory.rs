@@ -152,17 +152,22 @@ pub struct MemoryBuilder {
 }
 
 impl MemoryBuilder {
-    /// Keep at most `max_keys` live callers per limiter quota (default
-    /// [`DEFAULT_MAX_KEYS`]), so memory stays flat under a stream of
-    /// distinct keys. Past the cap, callers the backend does not know yet
-    /// share one overflow caller with the same quota, while the callers it
-    /// knows keep their own state: a client that rotates its keys cannot
-    /// reset anyone else's limit, though it shares its room with other
+    /// Keep at most `max_keys` live callers (default [`DEFAULT_MAX_KEYS`])
+    /// for each GCRA quota of a scope, and as many window entries (one per
+    /// caller and quota) for all fixed- and sliding-window limiters
+    /// together, so memory stays flat under a stream of distinct keys.
+    /// Past the cap, callers the backend does not know yet share one
+    /// overflow caller with the same quota, while the callers it knows
+    /// keep their own state: a client that rotates its keys cannot reset
+    /// anyone else's limit, though it shares its room with other
     /// newcomers until idle callers are dropped. Idle callers (whose limit
     /// is whole again) are dropped as new ones come, and the memory they
-    /// took is given back. The state is kept in shards, each with its
-    /// share of the cap, so newcomers may begin to share a little before
-    /// the whole cap is taken.
+    /// took is given back. A newcomer given a place while the overflow
+    /// caller's limit is not whole starts from it: what a caller took
+    /// while it shared the overflow does not come back with a place of
+    /// its own. The state is kept in shards, each with its share of the
+    /// cap, so newcomers may begin to share a little before the whole cap
+    /// is taken.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self

@@ -5,7 +5,9 @@
 //! callers like governor's own `DashMap` store, with a cap on live
 //! callers. At the cap, callers not yet in the store share one overflow
 //! state with the same quota: a flood of distinct keys neither grows
-//! memory nor resets the limits of callers already known. Idle callers
+//! memory nor resets the limits of callers already known. A caller given
+//! a place starts where the overflow state stands, so that what it took
+//! there stays taken. Idle callers
 //! (whose state is that of a fresh one, by governor's `retain_recent`
 //! rule) are swept shard by shard, each by the new caller that finds its
 //! shard due: after enough new callers came into it, and not more than
@@ -161,22 +163,55 @@ impl QuotaLimiter {
 
 /// Decides `cost` for `key` under every quota of `limiters` at once: all
 /// allow it and take it, or none takes anything. The caller holds the
-/// lock every decision of this caller on these quotas takes.
+/// lock every decision of this caller on these quotas takes; that keeps
+/// the caller's own states still, but not the overflow state, which
+/// callers under other locks share. So each state is written only if it
+/// is still what the decision read; if one was not, the writes made are
+/// taken back (where nothing was built on them since) and the decision
+/// is made again. A decision that keeps meeting others is refused:
+/// nothing is ever granted past a quota.
 pub(super) fn decide_all(limiters: &[Arc<QuotaLimiter>], key: &CallerKey, cost: u32) -> Vec<Step> {
-    let now = limiters.first().map_or(0, |q| q.clock.now_ns());
-    let steps: Vec<Step> = limiters
-        .iter()
-        .map(|q| {
-            let at = now.saturating_sub(q.start);
-            let debt = q.store.peek(key).map_or(0, |tat| tat.saturating_sub(at));
-            q.gcra.step(debt, cost)
-        })
-        .collect();
-    if cost > 0 && steps.iter().all(|s| s.allowed) {
-        for (q, step) in limiters.iter().zip(&steps) {
-            q.store
-                .set(key, now.saturating_sub(q.start) + step.debt, now);
+    const TRIES: usize = 8;
+    let mut steps = Vec::new();
+    for _ in 0..TRIES {
+        let now = limiters.first().map_or(0, |q| q.clock.now_ns());
+        let seen: Vec<Option<u64>> = limiters.iter().map(|q| q.store.peek(key)).collect();
+        steps = limiters
+            .iter()
+            .zip(&seen)
+            .map(|(q, seen)| {
+                let at = now.saturating_sub(q.start);
+                q.gcra
+                    .step(seen.map_or(0, |tat| tat.saturating_sub(at)), cost)
+            })
+            .collect();
+        if cost == 0 || !steps.iter().all(|s| s.allowed) {
+            return steps;
         }
+        let tat = |q: &QuotaLimiter, step: &Step| now.saturating_sub(q.start) + step.debt;
+        let written = limiters
+            .iter()
+            .zip(&steps)
+            .zip(&seen)
+            .take_while(|((q, step), seen)| q.store.replace(key, **seen, Some(tat(q, step)), now))
+            .count();
+        if written == limiters.len() {
+            return steps;
+        }
+        for ((q, step), seen) in limiters.iter().zip(&steps).zip(&seen).take(written) {
+            // `replace` stores at least 1 (governor's 0 is no state).
+            let wrote = Some(tat(q, step).max(1));
+            q.store.replace(key, wrote, *seen, now);
+        }
+    }
+    // Refused, with the debts as they stood at the last try (or higher):
+    // "remaining" errs low, and a retry may come at once.
+    for step in &mut steps {
+        *step = Step {
+            allowed: false,
+            retry: 0,
+            ..*step
+        };
     }
     steps
 }

@@ -6,10 +6,13 @@
 //! is capped. At the cap, a caller the table does not know yet is decided
 //! on one overflow caller shared by all such callers, with the same
 //! policy: a flood of distinct keys neither grows memory nor resets the
-//! limits of callers already known.
+//! limits of callers already known. While the overflow caller's entries
+//! live, a caller given a place starts from them, so that what it took
+//! there stays taken.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::{Equivalent, HashMap};
@@ -74,6 +77,10 @@ pub(super) struct Table {
     hasher: ahash::RandomState,
     /// The cap on each shard's entries: the table's cap divided evenly.
     shard_cap: usize,
+    /// Until when (Unix microseconds) an entry of the overflow caller may
+    /// live: until then a newcomer starts from the overflow's entries.
+    /// Read by every newcomer, written only by callers over the cap.
+    overflow_until_us: AtomicU64,
 }
 
 /// A shard sweeps out its expired entries once in this many decisions.
@@ -93,6 +100,7 @@ impl Table {
             shards: (0..shards).map(|_| CachePadded::default()).collect(),
             hasher: ahash::RandomState::new(),
             shard_cap: (max_keys / shards).max(1),
+            overflow_until_us: AtomicU64::new(0),
         }
     }
 
@@ -113,7 +121,9 @@ impl Table {
         (cost, at_most): (u32, bool),
         now_us: u64,
     ) -> Outcome {
-        let mut shard = self.shard(scope, caller).lock();
+        let asked = (cost, at_most);
+        let mine = self.shard(scope, caller);
+        let mut shard = mine.lock();
         let known = policy.suffixes().iter().any(|suffix| {
             let probe = Probe {
                 scope: scope.as_str(),
@@ -122,36 +132,60 @@ impl Table {
             };
             shard.entries.contains_key(&probe)
         });
-        if !known && shard.entries.len() >= self.shard_cap {
-            self.sweep(&mut shard, now_us);
+        if !known {
             if shard.entries.len() >= self.shard_cap {
-                drop(shard);
-                let overflow = overflow();
-                let mut shard = self.shard(scope, &overflow).lock();
-                return decide_in(
-                    window,
-                    &mut shard,
-                    scope,
-                    &overflow,
-                    policy,
-                    (cost, at_most),
-                    now_us,
-                );
+                self.sweep(&mut shard, now_us);
+            }
+            // The caller's shard stays locked while the overflow caller
+            // decides or is read (shards lock in that order only), so that
+            // a caller's decisions there are all over before it can be
+            // given entries of its own, which start from the overflow's.
+            let overflow = overflow();
+            let theirs = self.shard(scope, &overflow);
+            let full = shard.entries.len() >= self.shard_cap;
+            if full || now_us < self.overflow_until_us.load(Ordering::Acquire) {
+                let mut other = (!std::ptr::eq(mine, theirs)).then(|| theirs.lock());
+                let at = other.as_deref_mut().unwrap_or(&mut shard);
+                if full {
+                    let outcome = decide_in(window, at, scope, &overflow, policy, asked, now_us);
+                    let until = outcome.writes.iter().flatten().map(|e| e.expires_us).max();
+                    self.overflow_until_us
+                        .fetch_max(until.unwrap_or(0), Ordering::AcqRel);
+                    return outcome;
+                }
+                // A newcomer starts where the overflow caller stands: it
+                // may have been one of the callers that shared it a moment
+                // ago, and what it took there must not come back with a
+                // place of its own.
+                let seeds: Vec<(Arc<str>, Entry)> = policy
+                    .suffixes()
+                    .iter()
+                    .filter_map(|suffix| {
+                        let probe = Probe {
+                            scope: scope.as_str(),
+                            caller: &overflow,
+                            suffix,
+                        };
+                        let entry = at.entries.get(&probe)?;
+                        (entry.expires_us > now_us).then(|| (suffix.clone(), *entry))
+                    })
+                    .collect();
+                drop(other);
+                for (suffix, entry) in seeds {
+                    let key = Key {
+                        scope: scope.clone(),
+                        caller: caller.clone(),
+                        suffix,
+                    };
+                    shard.entries.insert(key, entry);
+                }
             }
         }
         shard.decisions += 1;
         if shard.decisions.is_multiple_of(SWEEP_EVERY) {
             self.sweep(&mut shard, now_us);
         }
-        decide_in(
-            window,
-            &mut shard,
-            scope,
-            caller,
-            policy,
-            (cost, at_most),
-            now_us,
-        )
+        decide_in(window, &mut shard, scope, caller, policy, asked, now_us)
     }
 
     /// Forgets `caller` under every quota of `policy`.

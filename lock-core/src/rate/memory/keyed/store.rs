@@ -207,15 +207,25 @@ impl Store {
         if due {
             self.sweep(&mut shard, now);
         }
+        // The shard's lock is held while the overflow state decides too,
+        // so that a caller's decisions there are all over before it can
+        // be given a state of its own (which starts from the overflow's).
         if shard.callers.len() >= inner.shard_cap {
-            drop(shard);
             return f(&inner.overflow);
         }
+        // A newcomer starts where the overflow state stands: it may have
+        // been one of the callers that shared it a moment ago, and what it
+        // took there must not come back with a place of its own. A state
+        // the overflow never had, or that is behind now, is a new caller's.
+        let state = InMemoryState::default();
+        if let Some(tat) = read(&inner.overflow) {
+            let _ = state
+                .measure_and_replace(&NotKeyed::NonKey, |_| Ok::<_, ()>(((), Nanos::new(tat))));
+        }
         let hasher = |(k, _): &(CallerKey, InMemoryState)| inner.hasher.hash_one(k);
-        let entry =
-            shard
-                .callers
-                .insert_unique(hash, (key.clone(), InMemoryState::default()), hasher);
+        let entry = shard
+            .callers
+            .insert_unique(hash, (key.clone(), state), hasher);
         f(&entry.get().1)
     }
 
@@ -246,23 +256,43 @@ impl Store {
     }
 
     /// The theoretical arrival time of `key` (none: a fresh caller), not
-    /// storing it if it is new.
+    /// storing it if it is new. A caller the store does not hold stands
+    /// where the overflow state does, in it or (see [`arrive`](Self::arrive))
+    /// in a state of its own that starts there.
     pub(super) fn peek(&self, key: &CallerKey) -> Option<u64> {
         let (hash, shard) = self.locate(key);
         let shard = shard.read();
         match shard.callers.find(hash, |(k, _)| k == key) {
             Some((_, state)) => read(state),
-            None if shard.callers.len() >= self.0.shard_cap => read(&self.0.overflow),
-            None => None,
+            None => read(&self.0.overflow),
         }
     }
 
-    /// Sets the theoretical arrival time of `key` at `now` (Unix ns).
-    pub(super) fn set(&self, key: &CallerKey, tat: u64, now: u64) {
-        let tat = Nanos::new(tat.max(1));
+    /// Sets the theoretical arrival time of `key` to `tat` at `now` (Unix
+    /// ns), if it is still `seen` (as [`peek`](Self::peek) read it; `tat`
+    /// none: back to a fresh caller's). Says whether it was: a caller's
+    /// lock keeps its own state from changing, but not the overflow
+    /// state, which callers under other locks decide on too.
+    pub(super) fn replace(
+        &self,
+        key: &CallerKey,
+        seen: Option<u64>,
+        tat: Option<u64>,
+        now: u64,
+    ) -> bool {
+        // governor keeps 0 for "no state".
+        let tat = Nanos::new(tat.map_or(0, |tat| tat.max(1)));
         self.with_state(key, now, |state| {
-            let _ = state.measure_and_replace(&NotKeyed::NonKey, |_| Ok::<_, ()>(((), tat)));
-        });
+            state
+                .measure_and_replace(&NotKeyed::NonKey, |current| {
+                    if current.map(u64::from) == seen {
+                        Ok(((), tat))
+                    } else {
+                        Err(())
+                    }
+                })
+                .is_ok()
+        })
     }
 
     /// Forgets `key` (a caller in the overflow state stays there).

@@ -1,0 +1,163 @@
+//! The in-memory rate limiter at its cap on callers: callers past the cap
+//! share one overflow state, and nothing taken there comes back, neither
+//! when a caller later gets a place of its own nor when callers under
+//! different locks decide on the overflow state at once.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use lock_core::backend::{ManualClock, MemoryBackend};
+use lock_core::rate::{Algorithm, Decision, Policy, Quota, RateLimiter};
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("not zero")
+}
+
+fn clock() -> ManualClock {
+    ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+}
+
+fn now(limiter: &RateLimiter<MemoryBackend>, key: &str, cost: u32) -> Decision {
+    limiter
+        .check_now(key, cost)
+        .expect("the memory backend answers at once")
+        .expect("a valid key and cost")
+}
+
+/// GCRA, 5/s, a cap of 4 callers, the clock stopped: a caller that took
+/// its burst in the overflow state is not given it again when a sweep
+/// makes room for it, and a look agrees with the decision that follows.
+#[test]
+fn gcra_a_caller_given_a_place_keeps_what_it_took_in_the_overflow() {
+    let clock = clock();
+    let backend = MemoryBackend::builder()
+        .max_keys(4)
+        .clock(clock.clone())
+        .build();
+    let policy = Policy::new(Algorithm::Gcra).quota(Quota::per_second(nz(5)));
+    let limiter = RateLimiter::new(backend, "api", policy).expect("limiter");
+    for i in 0..4 {
+        assert!(now(&limiter, &format!("filler{i}"), 1).allowed);
+    }
+    // The fillers are idle a second later, but still held.
+    clock.advance(Duration::from_secs(1));
+    let mut allowed = 0;
+    for _ in 0..6 {
+        allowed += u32::from(now(&limiter, "victim", 1).allowed);
+    }
+    assert_eq!(allowed, 5, "the victim's burst, in the overflow state");
+    for i in 0..60 {
+        let look = now(&limiter, "victim", 0);
+        let decided = now(&limiter, "victim", 1);
+        assert_eq!(
+            look.remaining > 0,
+            decided.allowed,
+            "a look said {} remaining, then the call was allowed: {}",
+            look.remaining,
+            decided.allowed
+        );
+        allowed += u32::from(decided.allowed);
+        // Newcomers bring about the sweeps that drop the idle fillers.
+        now(&limiter, &format!("newcomer{i}"), 1);
+    }
+    assert_eq!(allowed, 5, "5/s with the clock stopped");
+}
+
+/// Fixed window, 5 per hour, in a table filled by another scope's
+/// short-lived entries: a caller that took its 5 in the overflow caller
+/// does not get 5 more once those entries expire and it gets entries of
+/// its own.
+#[test]
+fn windows_a_caller_given_a_place_keeps_what_it_took_in_the_overflow() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let clock = clock();
+        let backend = MemoryBackend::builder()
+            .max_keys(4)
+            .clock(clock.clone())
+            .build();
+        let short = Policy::new(algorithm).quota(Quota::per_second(nz(1)));
+        let hourly = Policy::new(algorithm).quota(Quota::per_hour(nz(5)));
+        let fillers = RateLimiter::new(backend.clone(), "short", short).expect("limiter");
+        let limiter = RateLimiter::new(backend, "hourly", hourly).expect("limiter");
+        for i in 0..4 {
+            assert!(now(&fillers, &format!("filler{i}"), 1).allowed);
+        }
+        clock.advance(Duration::from_millis(500));
+        let mut allowed = 0;
+        for _ in 0..10 {
+            allowed += u32::from(now(&limiter, "victim", 1).allowed);
+        }
+        assert_eq!(allowed, 5, "{algorithm:?}: the victim's 5, in the overflow");
+        // The fillers' entries expire; the victim gets entries of its own.
+        clock.advance(Duration::from_millis(600));
+        let look = now(&limiter, "victim", 0);
+        assert_eq!(look.remaining, 0, "{algorithm:?}: a look after the move");
+        for _ in 0..10 {
+            allowed += u32::from(now(&limiter, "victim", 1).allowed);
+        }
+        assert_eq!(allowed, 5, "{algorithm:?}: 5 per hour, 1.1 s in");
+    }
+}
+
+/// Eight threads of distinct callers, all past a cap of one caller and
+/// the clock stopped, so all on the overflow state of a 100,000-per-hour
+/// quota: together they are allowed no more than 100,000, whether the
+/// quota is decided alone, in a policy of two quotas, or both ways at
+/// once.
+#[test]
+fn callers_deciding_on_the_overflow_at_once_lose_no_charge() {
+    let hourly = Quota::per_hour(nz(100_000));
+    let alone = Policy::new(Algorithm::Gcra).quota(hourly.clone());
+    let two = Policy::new(Algorithm::Gcra)
+        .quota(hourly)
+        .quota(Quota::per_day(nz(10_000_000)));
+    let cases = [
+        ("one quota", alone.clone(), alone.clone()),
+        ("two quotas", two.clone(), two.clone()),
+        ("one quota shared with two", alone, two),
+    ];
+    for (name, even, odd) in cases {
+        let clock = clock();
+        let backend = MemoryBackend::builder()
+            .max_keys(1)
+            .clock(clock.clone())
+            .build();
+        let even = RateLimiter::new(backend.clone(), "api", even).expect("limiter");
+        let odd = RateLimiter::new(backend, "api", odd).expect("limiter");
+        // The only place is taken, by a caller that stays live.
+        assert!(now(&odd, "filler", 1).allowed);
+        let allowed = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let limiter = if t % 2 == 0 {
+                    even.clone()
+                } else {
+                    odd.clone()
+                };
+                let allowed = allowed.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25_000u32 {
+                        if now(&limiter, &format!("t{t}-k{i}"), 1).allowed {
+                            allowed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("a deciding thread");
+        }
+        let allowed = allowed.load(Ordering::Relaxed);
+        // The filler's own state is not the overflow's.
+        assert!(
+            allowed <= 100_000,
+            "{name}: 200,000 calls on a 100,000/h overflow, clock stopped: {allowed} allowed"
+        );
+        assert!(
+            allowed >= 90_000,
+            "{name}: the overflow's room was barely used: {allowed} allowed"
+        );
+    }
+}
