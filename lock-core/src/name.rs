@@ -193,13 +193,26 @@ impl KeySpace {
 
     #[cfg(feature = "redis")]
     /// `<prefix>{<scope>:<name>}:<suffix>`: the key of a scoped name, built
-    /// without making the scoped [`Name`] first.
+    /// without making the scoped [`Name`] first. A `:` or `%` in the scope
+    /// is written `%3A` or `%25`, so that the first `:` ends the scope:
+    /// scope `api` with name `v2:alice` and scope `api:v2` with name
+    /// `alice` are two keys, as they are two limits in memory.
     pub(crate) fn scoped_key(&self, scope: &str, name: &str, suffix: &str) -> String {
         let mut key =
             String::with_capacity(self.prefix.len() + scope.len() + name.len() + suffix.len() + 4);
         key.push_str(&self.prefix);
         key.push('{');
-        key.push_str(scope);
+        if scope.bytes().any(|b| b == b':' || b == b'%') {
+            for c in scope.chars() {
+                match c {
+                    ':' => key.push_str("%3A"),
+                    '%' => key.push_str("%25"),
+                    c => key.push(c),
+                }
+            }
+        } else {
+            key.push_str(scope);
+        }
         key.push(':');
         key.push_str(name);
         key.push_str("}:");
@@ -275,6 +288,22 @@ mod tests {
     fn accepts_unicode_and_punctuation() {
         let name = Name::new("user:Zoë/42 [a]").unwrap();
         assert_eq!(name.as_str(), "user:Zoë/42 [a]");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_scope_ends_at_the_first_colon_of_its_key() {
+        let ks = KeySpace::default();
+        assert_eq!(
+            ks.scoped_key("api", "v2:alice", "fw"),
+            "lock:{api:v2:alice}:fw"
+        );
+        assert_eq!(
+            ks.scoped_key("api:v2", "alice", "fw"),
+            "lock:{api%3Av2:alice}:fw"
+        );
+        assert_eq!(ks.scoped_key("a%3Ab", "c", "fw"), "lock:{a%253Ab:c}:fw");
+        assert_eq!(ks.scoped_key("Zoë:x", "c", "fw"), "lock:{Zoë%3Ax:c}:fw");
     }
 
     #[test]

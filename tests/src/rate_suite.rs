@@ -176,12 +176,21 @@ pub async fn keys_are_independent<B: RateBackend>(backend: B, algorithm: Algorit
 pub async fn scopes_are_independent<B: RateBackend>(backend: B, algorithm: Algorithm) {
     let policy = Policy::new(algorithm).quota(quota(1, 10_000));
     let first = RateLimiter::new(backend.clone(), "suite-a", policy.clone()).expect("valid");
-    let second = RateLimiter::new(backend, "suite-b", policy).expect("valid");
+    let second = RateLimiter::new(backend.clone(), "suite-b", policy).expect("valid");
     assert!(hit(&first, "k", 1).await.allowed);
     assert!(!hit(&first, "k", 1).await.allowed);
     assert!(hit(&second, "k", 1).await.allowed);
     assert!(!hit(&second, "k", 1).await.allowed);
     assert!(!hit(&first, "k", 1).await.allowed);
+    // Scope `suite-c` with key `x:k` is not scope `suite-c:x` with key `k`,
+    // nor is a `%` in a scope read as the start of an escape.
+    let policy = Policy::new(algorithm).quota(quota(1, 10_000));
+    let limiters = ["suite-c", "suite-c:x", "suite-c%3Ax"]
+        .map(|scope| RateLimiter::new(backend.clone(), scope, policy.clone()).expect("valid"));
+    assert!(hit(&limiters[0], "x:k", 1).await.allowed);
+    assert!(hit(&limiters[1], "k", 1).await.allowed);
+    assert!(hit(&limiters[2], "k", 1).await.allowed);
+    assert!(!hit(&limiters[1], "k", 1).await.allowed);
 }
 
 /// Bad keys, scopes and policies are typed errors.
@@ -208,9 +217,41 @@ pub async fn bad_input_is_rejected<B: RateBackend>(backend: B, algorithm: Algori
         Err(Error::InvalidName { .. })
     ));
     assert!(matches!(
-        RateLimiter::new(backend, "{x}", policy),
+        RateLimiter::new(backend.clone(), "{x}", policy),
         Err(Error::InvalidName { .. })
     ));
+    // Two quotas of one limit, period and burst are one limit kept twice,
+    // whatever their names.
+    let twice = Policy::new(algorithm)
+        .quota(quota(6, 60_000).named("web"))
+        .quota(quota(6, 60_000).named("api"));
+    assert!(matches!(
+        RateLimiter::new(backend.clone(), "scope", twice),
+        Err(Error::InvalidArgument { .. })
+    ));
+    if algorithm == Algorithm::Gcra {
+        // A burst window over a year is refused; one of a year is decided.
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let one_a_year = |burst| {
+            let quota = Quota::new(nz(1), year).expect("a year").burst(nz(burst));
+            Policy::new(algorithm).quota(quota)
+        };
+        for policy in [
+            one_a_year(2),
+            Policy::new(algorithm).quota(Quota::per_hour(nz(1)).burst(nz(u32::MAX))),
+        ] {
+            assert!(
+                matches!(
+                    RateLimiter::new(backend.clone(), "scope", policy.clone()),
+                    Err(Error::InvalidArgument { .. })
+                ),
+                "{policy:?} accepted"
+            );
+        }
+        let limiter = RateLimiter::new(backend, "suite-year", one_a_year(1)).expect("valid");
+        assert!(hit(&limiter, "k", 1).await.allowed);
+        assert!(!hit(&limiter, "k", 1).await.allowed);
+    }
 }
 
 /// Fixed window: once the window ends the whole limit is back.

@@ -117,8 +117,10 @@ impl<B: RateBackend> RateLimiter<B> {
     /// # Errors
     /// [`Error::InvalidName`](crate::Error::InvalidName) for a bad scope;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a
-    /// policy with no quota, more than [`MAX_QUOTAS`], or a GCRA quota
-    /// finer than one unit per microsecond.
+    /// policy with no quota, more than [`MAX_QUOTAS`], two quotas of the
+    /// same limit, period and burst, or a GCRA quota finer than one unit
+    /// per microsecond or whose burst window (burst × period / limit) is
+    /// over a year.
     pub fn new(backend: B, scope: impl AsRef<str>, policy: Policy) -> Result<Self> {
         policy.validate()?;
         let scope = Name::new(scope)?;

@@ -96,6 +96,17 @@ impl Policy {
         if self.quotas.len() > MAX_QUOTAS {
             return Err(Error::invalid_argument("policy", "at most 16 quotas"));
         }
+        // Two such quotas would be one limit kept twice: on Redis, one
+        // key counted twice.
+        for (i, suffix) in self.suffixes.iter().enumerate() {
+            if self.suffixes[..i].contains(suffix) {
+                return Err(Error::invalid_argument(
+                    "policy",
+                    "has two quotas of the same limit, period and burst: keep one \
+                     (they are one limit, whatever their names)",
+                ));
+            }
+        }
         let check = self.algorithm.unit().check_quota;
         self.quotas.iter().try_for_each(check)
     }

@@ -12,7 +12,7 @@ use super::Unit;
 #[cfg(feature = "redis")]
 use crate::backend::script::{Invocation, LuaScript, lua_script};
 use crate::error::{Error, Result};
-use crate::rate::quota::Quota;
+use crate::rate::quota::{MAX_PERIOD, Quota};
 
 #[cfg(feature = "redis")]
 static SCRIPT: LazyLock<LuaScript> = lua_script!("gcra.lua");
@@ -40,12 +40,25 @@ fn quota_args(invocation: &mut Invocation<'_>, _quota: &Quota, gcra: &Gcra) {
         .arg(1000 / gcra.tick_ns());
 }
 
-/// An interval of a whole tick needs at most one unit per microsecond.
+/// An interval of a whole tick needs at most one unit per microsecond; a
+/// burst window (burst × period / limit) of at most a year keeps every
+/// figure of [`Gcra`], governor's and the script's exact.
 fn check_quota(quota: &Quota) -> Result<()> {
     if u128::from(quota.limit()) > quota.period().as_micros() {
         return Err(Error::invalid_argument(
             "quota",
             "GCRA needs at most one unit per microsecond",
+        ));
+    }
+    let interval_ns = quota
+        .period()
+        .as_nanos()
+        .div_ceil(u128::from(quota.limit()));
+    if interval_ns * u128::from(quota.capacity()) > MAX_PERIOD.as_nanos() {
+        return Err(Error::invalid_argument(
+            "quota",
+            "GCRA's burst window (burst × period / limit) must be at most a year: \
+             lower the burst or raise the limit",
         ));
     }
     Ok(())
