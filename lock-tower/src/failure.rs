@@ -110,7 +110,7 @@ pub(crate) struct Named<'a> {
 
 impl Named<'_> {
     /// "the `pay` lock", "the `api` rate limit".
-    fn the(&self) -> String {
+    pub(crate) fn the(&self) -> String {
         format!("the `{}` {}", self.scope, self.what)
     }
 }

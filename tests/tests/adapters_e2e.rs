@@ -410,3 +410,53 @@ async fn the_readme_axum_service_keys_by_peer_and_path_parameter() {
     assert_eq!(status_from(two, server, "POST", "/jobs/5/run").await, 200);
     serving.abort();
 }
+
+/// A request whose cost (here read from the client's `x-cost` field) is
+/// more than the policy ever allows at once is the client's to fix: a 400
+/// that says why, on axum and actix-web alike, counting nothing against
+/// the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_costing_more_than_the_quota_is_a_400_saying_why() {
+    use actix_web::{HttpResponse, web};
+    let costed = |scope: &str| {
+        RateLimitLayer::new(per_minute(scope, 5), GlobalKey::new()).cost(|request| {
+            request
+                .headers
+                .get("x-cost")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+    };
+    let axum_app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(costed("costed-axum"));
+    let axum = TestServer::start(axum_app).await;
+    let actix = lock_actix::RateLimitMiddleware::new(costed("costed-actix"));
+    let actix = lock_tests::http::actix(move || {
+        actix_web::App::new().service(web::scope("").wrap(actix.clone()).route(
+            "/",
+            web::get().to(|| async { HttpResponse::Ok().body("ok") }),
+        ))
+    });
+    let client = TestClient::new();
+    for url in [axum.url("/"), format!("http://{actix}/")] {
+        for cost in ["6", "4294967295"] {
+            let reply = client.get(&url, &[("x-cost", cost)]).await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{url}: {reply:?}");
+            let text = reply.text();
+            assert!(
+                text.contains(&format!("costs {cost}")) && text.contains("(5)"),
+                "{url}: {text:?}"
+            );
+        }
+        // Nothing was counted: the whole quota is there.
+        let reply = client.get(&url, &[("x-cost", "5")]).await;
+        assert_eq!(reply.status, StatusCode::OK, "{url}: {reply:?}");
+        let reply = client.get(&url, &[("x-cost", "1")]).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{url}: {reply:?}"
+        );
+    }
+}

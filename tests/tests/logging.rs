@@ -87,4 +87,40 @@ async fn serving_without_connect_info_is_logged_once_with_the_fix() {
         "{}",
         logged.text()
     );
+
+    // A request costing more than the quota ever allows: the client's 400,
+    // and one warning in case the cost comes from the set-up.
+    let costed =
+        RateLimitLayer::new(limiter("costed"), HeaderKey::new(user_header())).cost(|request| {
+            request
+                .headers
+                .get("x-cost")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        });
+    let addr = serve_plainly(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(costed),
+    )
+    .await;
+    for _ in 0..3 {
+        let reply = client
+            .get(
+                &format!("http://{addr}/"),
+                &[("x-user-id", "ann"), ("x-cost", "101")],
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{reply:?}");
+    }
+    let text = logged.text();
+    assert_eq!(text.matches("WARN").count(), 2, "logged once: {text}");
+    assert!(
+        text.contains("raise the smallest quota's limit or burst"),
+        "the fix is in the log: {text}"
+    );
+}
+
+fn user_header() -> http::HeaderName {
+    http::HeaderName::from_static("x-user-id")
 }

@@ -20,7 +20,7 @@ use crate::failure::{
 use crate::headers;
 use crate::key::{KeyExtractor, Missing, RequestParts};
 use crate::metrics::Metrics;
-use crate::response::{plain, unavailable};
+use crate::response::{plain, plain_text, unavailable};
 
 pub(super) type CostFn = Arc<dyn Fn(RequestParts<'_>) -> u32 + Send + Sync>;
 pub(super) type ExemptFn = Arc<dyn Fn(RequestParts<'_>) -> bool + Send + Sync>;
@@ -51,6 +51,9 @@ pub(crate) struct Limit<B, K> {
     pub(super) metrics: Arc<Metrics>,
     /// Whether a key the set-up keeps every request from having was logged.
     pub(super) warned: AtomicBool,
+    /// Whether a request costing more than the policy ever allows was
+    /// logged.
+    pub(super) cost_warned: AtomicBool,
 }
 
 impl<B: Clone, K: Clone> Clone for Limit<B, K> {
@@ -71,6 +74,7 @@ impl<B: Clone, K: Clone> Clone for Limit<B, K> {
             labels: self.labels.clone(),
             metrics: self.metrics.clone(),
             warned: AtomicBool::new(false),
+            cost_warned: AtomicBool::new(false),
         }
     }
 }
@@ -90,6 +94,8 @@ pub(super) enum Now {
     Exempt,
     Decided(Decision),
     NoKey(Missing),
+    /// The request costs more than the policy ever allows at once.
+    TooCostly(u32),
     Fault(Fault),
 }
 
@@ -104,7 +110,15 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
         {
             return Start::Now(Now::Exempt);
         }
-        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
+        let cost = match &self.cost {
+            None => 1,
+            Some(cost) => match cost(request) {
+                cost if cost > self.limiter.policy().max_cost() => {
+                    return Start::Now(Now::TooCostly(cost));
+                }
+                cost => cost,
+            },
+        };
         self.key.with_caller(request, |caller| {
             let Some(caller) = caller else {
                 return Start::Now(Now::NoKey(self.key.missing(request)));
@@ -178,8 +192,42 @@ impl<B: RateBackend, K: KeyExtractor> Limit<B, K> {
             Now::Exempt => Verdict::Allow(None),
             Now::Decided(decision) => self.verdict(decision),
             Now::NoKey(missing) => self.no_key(&missing),
+            Now::TooCostly(cost) => self.too_costly(cost),
             Now::Fault(fault) => self.fault(fault),
         }
+    }
+
+    /// A request that could never be allowed: a 400 that says why, as the
+    /// cost most often comes from the request (a batch's size). Should it
+    /// come from the set-up instead, the log says so once.
+    #[cold]
+    fn too_costly(&self, cost: u32) -> Verdict {
+        self.metrics.count_refused();
+        let most = self.limiter.policy().max_cost();
+        let named = self.named();
+        if !self
+            .cost_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                layer = named.layer,
+                scope = %named.scope,
+                cost,
+                most,
+                "a request cost more than {} ever allows at once, and was answered 400; \
+                 if such costs come from the set-up rather than from clients, lower them \
+                 or raise the smallest quota's limit or burst",
+                named.the()
+            );
+        }
+        Verdict::Respond(plain_text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "This request costs {cost}, more than {} ever allows at once ({most}): \
+                 split it into smaller requests.\n",
+                named.the()
+            ),
+        ))
     }
 
     /// The decision `deferred` waits for from the backend, bounded by the

@@ -204,6 +204,7 @@ impl<B: RateBackend, K: KeyExtractor, R: RequestInfo> RateLimitLayerWith<B, K, R
                 labels,
                 metrics: Arc::new(metrics),
                 warned: AtomicBool::new(false),
+                cost_warned: AtomicBool::new(false),
             }),
         }
     }
@@ -213,8 +214,11 @@ impl<B: RateBackend, K: KeyExtractor, R: RequestInfo> RateLimitLayerWith<B, K, R
         self
     }
 
-    /// The cost of each request (default 1; 0 only looks). A cost above the
-    /// smallest limit answers 500: it could never be allowed.
+    /// The cost of each request (default 1; 0 only looks). A request that
+    /// costs more than the smallest quota's capacity (its burst, or else
+    /// its limit) could never be allowed: it is answered 400 with the
+    /// reason, counted as refused, and logged once at `warn` in case the
+    /// cost comes from the set-up rather than from the client.
     pub fn cost(self, cost: impl Fn(RequestParts<'_>) -> u32 + Send + Sync + 'static) -> Self {
         self.with(|l| l.cost = Some(Arc::new(cost)))
     }
