@@ -36,6 +36,13 @@ pub enum OnBackendFailure {
     /// Decide with a local in-memory backend with the same policy: the
     /// limit or lock then holds per instance instead of across them (and
     /// the layer logs so at `warn`).
+    ///
+    /// For a rate limit this bounds what gets through, not the backend's
+    /// count: the local limiter knows nothing of what the backend counted,
+    /// so in a period that the backend fails in, a caller may be let
+    /// through up to the limit by the backend plus the limit again by each
+    /// instance's local limiter. Choose [`FailClosed`](Self::FailClosed)
+    /// where the limit must hold across instances even then.
     Fallback,
 }
 
