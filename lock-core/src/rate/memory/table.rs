@@ -59,10 +59,24 @@ impl Equivalent<Key> for Probe<'_> {
     }
 }
 
-#[derive(Default)]
 struct Shard {
     entries: HashMap<Key, Entry, ahash::RandomState>,
     decisions: u64,
+    /// No entry expires before this (Unix microseconds; it may be lower
+    /// than the first expiry, never higher): a full shard sweeps for a
+    /// newcomer only from then on, so that a flood of new callers does
+    /// not make every one of them walk a shard with nothing to drop.
+    first_expiry_us: u64,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            entries: HashMap::default(),
+            decisions: 0,
+            first_expiry_us: u64::MAX,
+        }
+    }
 }
 
 /// The caller every caller the table has no room for shares. No key is
@@ -133,7 +147,7 @@ impl Table {
             shard.entries.contains_key(&probe)
         });
         if !known {
-            if shard.entries.len() >= self.shard_cap {
+            if shard.entries.len() >= self.shard_cap && now_us >= shard.first_expiry_us {
                 self.sweep(&mut shard, now_us);
             }
             // The caller's shard stays locked while the overflow caller
@@ -172,6 +186,7 @@ impl Table {
                     .collect();
                 drop(other);
                 for (suffix, entry) in seeds {
+                    shard.first_expiry_us = shard.first_expiry_us.min(entry.expires_us);
                     let key = Key {
                         scope: scope.clone(),
                         caller: caller.clone(),
@@ -205,7 +220,15 @@ impl Table {
     /// shard is mostly empty.
     #[cold]
     fn sweep(&self, shard: &mut Shard, now_us: u64) {
-        shard.entries.retain(|_, entry| entry.expires_us > now_us);
+        let mut first = u64::MAX;
+        shard.entries.retain(|_, entry| {
+            let live = entry.expires_us > now_us;
+            if live {
+                first = first.min(entry.expires_us);
+            }
+            live
+        });
+        shard.first_expiry_us = first;
         let live = shard.entries.len();
         shard.entries.shrink_to(live.saturating_mul(4));
     }
@@ -245,6 +268,7 @@ fn decide_in(
     let outcome = window::run(window, policy.quotas(), &slots, cost, at_most, now_us);
     for (suffix, write) in policy.suffixes().iter().zip(&outcome.writes) {
         let Some(entry) = *write else { continue };
+        shard.first_expiry_us = shard.first_expiry_us.min(entry.expires_us);
         match shard.entries.get_mut(&probe(suffix)) {
             Some(stored) => *stored = entry,
             None => {
