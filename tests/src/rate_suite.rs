@@ -248,6 +248,17 @@ pub async fn bad_input_is_rejected<B: RateBackend>(backend: B, algorithm: Algori
                 "{policy:?} accepted"
             );
         }
+        // Without a burst of its own the window is the period: any limit
+        // over a year is accepted, whether or not it divides a year.
+        for limit in [3, 7, 86_400_001] {
+            let quota = Quota::new(nz(limit), year).expect("a year");
+            RateLimiter::new(
+                backend.clone(),
+                "scope",
+                Policy::new(algorithm).quota(quota),
+            )
+            .unwrap_or_else(|e| panic!("{limit} a year: {e}"));
+        }
         let limiter = RateLimiter::new(backend, "suite-year", one_a_year(1)).expect("valid");
         assert!(hit(&limiter, "k", 1).await.allowed);
         assert!(!hit(&limiter, "k", 1).await.allowed);

@@ -4,8 +4,8 @@
 //! different locks decide on the overflow state at once.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, UNIX_EPOCH};
 
 use lock_core::backend::{ManualClock, MemoryBackend};
@@ -65,39 +65,107 @@ fn gcra_a_caller_given_a_place_keeps_what_it_took_in_the_overflow() {
     assert_eq!(allowed, 5, "5/s with the clock stopped");
 }
 
-/// Fixed window, 5 per hour, in a table filled by another scope's
-/// short-lived entries: a caller that took its 5 in the overflow caller
-/// does not get 5 more once those entries expire and it gets entries of
-/// its own.
+/// A memory backend whose window table (a cap of 4) is full of another
+/// scope's entries, which live until [`FILLERS_EXPIRE`] from now.
+fn full_window_table(algorithm: Algorithm) -> (ManualClock, MemoryBackend) {
+    let clock = clock();
+    let backend = MemoryBackend::builder()
+        .max_keys(4)
+        .clock(clock.clone())
+        .build();
+    let short = Policy::new(algorithm).quota(Quota::per_second(nz(1)));
+    let fillers = RateLimiter::new(backend.clone(), "short", short).expect("limiter");
+    for i in 0..4 {
+        assert!(now(&fillers, &format!("filler{i}"), 1).allowed);
+    }
+    (clock, backend)
+}
+
+/// When the entries of [`full_window_table`] have all expired (a sliding
+/// window's entry lives two periods).
+const FILLERS_EXPIRE: Duration = Duration::from_millis(2_100);
+
+/// Fixed and sliding windows, 5 per hour, in a full table: a caller that
+/// took its 5 in the overflow caller does not get 5 more once the table
+/// has room and it gets entries of its own.
 #[test]
 fn windows_a_caller_given_a_place_keeps_what_it_took_in_the_overflow() {
     for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
-        let clock = clock();
-        let backend = MemoryBackend::builder()
-            .max_keys(4)
-            .clock(clock.clone())
-            .build();
-        let short = Policy::new(algorithm).quota(Quota::per_second(nz(1)));
+        let (clock, backend) = full_window_table(algorithm);
         let hourly = Policy::new(algorithm).quota(Quota::per_hour(nz(5)));
-        let fillers = RateLimiter::new(backend.clone(), "short", short).expect("limiter");
         let limiter = RateLimiter::new(backend, "hourly", hourly).expect("limiter");
-        for i in 0..4 {
-            assert!(now(&fillers, &format!("filler{i}"), 1).allowed);
-        }
-        clock.advance(Duration::from_millis(500));
         let mut allowed = 0;
         for _ in 0..10 {
             allowed += u32::from(now(&limiter, "victim", 1).allowed);
         }
         assert_eq!(allowed, 5, "{algorithm:?}: the victim's 5, in the overflow");
-        // The fillers' entries expire; the victim gets entries of its own.
-        clock.advance(Duration::from_millis(600));
+        clock.advance(FILLERS_EXPIRE);
         let look = now(&limiter, "victim", 0);
         assert_eq!(look.remaining, 0, "{algorithm:?}: a look after the move");
         for _ in 0..10 {
             allowed += u32::from(now(&limiter, "victim", 1).allowed);
         }
-        assert_eq!(allowed, 5, "{algorithm:?}: 5 per hour, 1.1 s in");
+        assert_eq!(allowed, 5, "{algorithm:?}: 5 per hour, 2.1 s in");
+    }
+}
+
+/// Fixed and sliding windows: a look through a policy that shares one of
+/// the caller's quotas gives the caller a place in that quota only; the
+/// quota it took from in the overflow still starts where the overflow
+/// stands.
+#[test]
+fn windows_a_place_in_one_quota_keeps_what_was_taken_in_another() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let (clock, backend) = full_window_table(algorithm);
+        let wide = Quota::per_hour(nz(100));
+        let both = Policy::new(algorithm)
+            .quota(wide.clone())
+            .quota(Quota::per_hour(nz(5)));
+        let both = RateLimiter::new(backend.clone(), "api", both).expect("limiter");
+        let wide =
+            RateLimiter::new(backend, "api", Policy::new(algorithm).quota(wide)).expect("limiter");
+        let mut allowed = 0;
+        for _ in 0..10 {
+            allowed += u32::from(now(&both, "victim", 1).allowed);
+        }
+        assert_eq!(allowed, 5, "{algorithm:?}: 5 of the overflow's 5 per hour");
+        clock.advance(FILLERS_EXPIRE);
+        assert_eq!(now(&wide, "victim", 0).remaining, 95, "{algorithm:?}");
+        for _ in 0..10 {
+            allowed += u32::from(now(&both, "victim", 1).allowed);
+        }
+        assert_eq!(allowed, 5, "{algorithm:?}: 5 per hour, 2.1 s in");
+    }
+}
+
+/// Callers of eight scopes, all new, on a window table at its cap: each
+/// thread's caller and each scope's overflow caller are locked together,
+/// in every combination, and every thread gets through.
+#[test]
+fn newcomers_of_many_scopes_at_the_cap_all_get_through() {
+    let backend = MemoryBackend::builder().max_keys(2048).build();
+    let policy = Policy::new(Algorithm::FixedWindow).quota(Quota::per_hour(nz(1_000_000)));
+    let fill = RateLimiter::new(backend.clone(), "fill", policy.clone()).expect("limiter");
+    for i in 0..4096 {
+        now(&fill, &format!("f{i}"), 1);
+    }
+    let (done, finished) = mpsc::channel();
+    for t in 0..8 {
+        let limiter = RateLimiter::new(backend.clone(), format!("scope{t}"), policy.clone())
+            .expect("limiter");
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for i in 0..20_000u32 {
+                now(&limiter, &format!("t{t}-{i}"), 1);
+            }
+            done.send(t).expect("the test waits");
+        });
+    }
+    for _ in 0..8 {
+        // Minutes of margin: a thread that does not finish is stuck.
+        finished
+            .recv_timeout(Duration::from_secs(120))
+            .expect("every thread finishes: none is stuck on a lock");
     }
 }
 

@@ -50,15 +50,16 @@ fn check_quota(quota: &Quota) -> Result<()> {
             "GCRA needs at most one unit per microsecond",
         ));
     }
-    let interval_ns = quota
-        .period()
-        .as_nanos()
-        .div_ceil(u128::from(quota.limit()));
-    if interval_ns * u128::from(quota.capacity()) > MAX_PERIOD.as_nanos() {
+    // burst × period / limit ≤ a year, without rounding: a quota without a
+    // burst of its own (burst = limit) always passes. The interval rounded
+    // up to a tick adds less than a tick per unit, which every figure has
+    // room for.
+    let window = quota.period().as_nanos() * u128::from(quota.capacity());
+    if window > MAX_PERIOD.as_nanos() * u128::from(quota.limit()) {
         return Err(Error::invalid_argument(
             "quota",
             "GCRA's burst window (burst × period / limit) must be at most a year: \
-             lower the burst or raise the limit",
+             lower the burst",
         ));
     }
     Ok(())

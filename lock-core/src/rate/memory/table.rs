@@ -79,15 +79,19 @@ impl Default for Shard {
     }
 }
 
-/// The caller every caller the table has no room for shares. No key is
-/// empty, so it names no real caller.
-fn overflow() -> CallerKey {
+/// The caller every caller the table has no room for shares, in each
+/// scope. No key is empty, so it names no real caller.
+fn overflow_caller() -> CallerKey {
     CallerKey::Text(Default::default())
 }
 
 /// Window state of one memory backend.
 pub(super) struct Table {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
+    /// The overflow caller's entries, of every scope: a shard of their own,
+    /// which a caller's shard locks before (never after), whatever the
+    /// scopes.
+    overflow: CachePadded<Mutex<Shard>>,
     hasher: ahash::RandomState,
     /// The cap on each shard's entries: the table's cap divided evenly.
     shard_cap: usize,
@@ -112,6 +116,7 @@ impl Table {
             .min(64);
         Table {
             shards: (0..shards).map(|_| CachePadded::default()).collect(),
+            overflow: CachePadded::default(),
             hasher: ahash::RandomState::new(),
             shard_cap: (max_keys / shards).max(1),
             overflow_until_us: AtomicU64::new(0),
@@ -136,64 +141,73 @@ impl Table {
         now_us: u64,
     ) -> Outcome {
         let asked = (cost, at_most);
-        let mine = self.shard(scope, caller);
-        let mut shard = mine.lock();
-        let known = policy.suffixes().iter().any(|suffix| {
-            let probe = Probe {
-                scope: scope.as_str(),
-                caller,
-                suffix,
-            };
-            shard.entries.contains_key(&probe)
-        });
-        if !known {
-            if shard.entries.len() >= self.shard_cap && now_us >= shard.first_expiry_us {
-                self.sweep(&mut shard, now_us);
+        let mut shard = self.shard(scope, caller).lock();
+        let probe = |suffix| Probe {
+            scope: scope.as_str(),
+            caller,
+            suffix,
+        };
+        // The quotas the caller has no entry for, a bit each (a policy has
+        // at most 16).
+        let mut missing = 0u32;
+        for (i, suffix) in policy.suffixes().iter().enumerate() {
+            if !shard.entries.contains_key(&probe(suffix)) {
+                missing |= 1 << i;
             }
-            // The caller's shard stays locked while the overflow caller
-            // decides or is read (shards lock in that order only), so that
-            // a caller's decisions there are all over before it can be
-            // given entries of its own, which start from the overflow's.
-            let overflow = overflow();
-            let theirs = self.shard(scope, &overflow);
-            let full = shard.entries.len() >= self.shard_cap;
-            if full || now_us < self.overflow_until_us.load(Ordering::Acquire) {
-                let mut other = (!std::ptr::eq(mine, theirs)).then(|| theirs.lock());
-                let at = other.as_deref_mut().unwrap_or(&mut shard);
-                if full {
-                    let outcome = decide_in(window, at, scope, &overflow, policy, asked, now_us);
-                    let until = outcome.writes.iter().flatten().map(|e| e.expires_us).max();
-                    self.overflow_until_us
-                        .fetch_max(until.unwrap_or(0), Ordering::AcqRel);
-                    return outcome;
+        }
+        let unknown = missing == (1 << policy.suffixes().len()) - 1;
+        if unknown && shard.entries.len() >= self.shard_cap && now_us >= shard.first_expiry_us {
+            self.sweep(&mut shard, now_us);
+        }
+        let full = unknown && shard.entries.len() >= self.shard_cap;
+        if full || (missing != 0 && now_us < self.overflow_until_us.load(Ordering::Acquire)) {
+            // The overflow caller has a shard of its own, always locked
+            // after the caller's: the caller's stays locked while the
+            // overflow decides or is read, so that a caller's decisions
+            // there are all over before it can be given entries of its
+            // own, which start from the overflow's.
+            let mut overflow = self.overflow.lock();
+            let shared = overflow_caller();
+            if full {
+                overflow.decisions += 1;
+                if overflow.decisions.is_multiple_of(SWEEP_EVERY) {
+                    self.sweep(&mut overflow, now_us);
                 }
-                // A newcomer starts where the overflow caller stands: it
-                // may have been one of the callers that shared it a moment
-                // ago, and what it took there must not come back with a
-                // place of its own.
-                let seeds: Vec<(Arc<str>, Entry)> = policy
-                    .suffixes()
-                    .iter()
-                    .filter_map(|suffix| {
-                        let probe = Probe {
-                            scope: scope.as_str(),
-                            caller: &overflow,
-                            suffix,
-                        };
-                        let entry = at.entries.get(&probe)?;
-                        (entry.expires_us > now_us).then(|| (suffix.clone(), *entry))
-                    })
-                    .collect();
-                drop(other);
-                for (suffix, entry) in seeds {
-                    shard.first_expiry_us = shard.first_expiry_us.min(entry.expires_us);
-                    let key = Key {
-                        scope: scope.clone(),
-                        caller: caller.clone(),
+                let outcome =
+                    decide_in(window, &mut overflow, scope, &shared, policy, asked, now_us);
+                let until = outcome.writes.iter().flatten().map(|e| e.expires_us).max();
+                self.overflow_until_us
+                    .fetch_max(until.unwrap_or(0), Ordering::AcqRel);
+                return outcome;
+            }
+            // A quota the caller has no entry for starts where the
+            // overflow caller stands in it: the caller may have been one
+            // of those that shared it a moment ago, and what it took there
+            // must not come back with a place of its own.
+            let seeds: Vec<(Arc<str>, Entry)> = policy
+                .suffixes()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| missing & (1 << i) != 0)
+                .filter_map(|(_, suffix)| {
+                    let probe = Probe {
+                        scope: scope.as_str(),
+                        caller: &shared,
                         suffix,
                     };
-                    shard.entries.insert(key, entry);
-                }
+                    let entry = overflow.entries.get(&probe)?;
+                    (entry.expires_us > now_us).then(|| (suffix.clone(), *entry))
+                })
+                .collect();
+            drop(overflow);
+            for (suffix, entry) in seeds {
+                shard.first_expiry_us = shard.first_expiry_us.min(entry.expires_us);
+                let key = Key {
+                    scope: scope.clone(),
+                    caller: caller.clone(),
+                    suffix,
+                };
+                shard.entries.insert(key, entry);
             }
         }
         shard.decisions += 1;
@@ -236,7 +250,13 @@ impl Table {
     /// Live entries, for tests.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().entries.len()).sum()
+        let overflow = self.overflow.lock().entries.len();
+        overflow
+            + self
+                .shards
+                .iter()
+                .map(|s| s.lock().entries.len())
+                .sum::<usize>()
     }
 }
 
