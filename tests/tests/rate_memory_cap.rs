@@ -229,3 +229,97 @@ fn callers_deciding_on_the_overflow_at_once_lose_no_charge() {
         );
     }
 }
+
+/// Four threads decide 1 a second on one caller (or, past a cap of one,
+/// each call a new caller on the overflow) while another moves the clock
+/// two periods at a time, so that decisions reach the table out of clock
+/// order. A grant is counted at a clock value only when the clock read
+/// that value before and after the call; no value gets more than one.
+#[test]
+fn decisions_out_of_clock_order_grant_no_more_than_the_quota() {
+    for algorithm in [Algorithm::SlidingWindow, Algorithm::FixedWindow] {
+        for overflow in [false, true] {
+            out_of_clock_order(algorithm, overflow);
+        }
+    }
+}
+
+fn out_of_clock_order(algorithm: Algorithm, overflow: bool) {
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicBool;
+    use std::time::SystemTime;
+    let clock = clock();
+    let backend = MemoryBackend::builder()
+        .max_keys(if overflow { 1 } else { 100_000 })
+        .clock(clock.clone())
+        .build();
+    if overflow {
+        // The only place, taken for the whole run.
+        let year = Quota::new(nz(1), lock_core::rate::MAX_PERIOD).expect("a year");
+        let filler = RateLimiter::new(
+            backend.clone(),
+            "filler",
+            Policy::new(algorithm).quota(year),
+        )
+        .expect("limiter");
+        assert!(now(&filler, "filler", 1).allowed);
+    }
+    let policy = Policy::new(algorithm).quota(Quota::per_second(nz(1)));
+    let limiter = RateLimiter::new(backend, "api", policy).expect("limiter");
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let (clock, stop) = (clock.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                clock.advance(Duration::from_secs(2));
+                for _ in 0..200 {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    };
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            let (clock, stop, limiter) = (clock.clone(), stop.clone(), limiter.clone());
+            std::thread::spawn(move || {
+                let mut granted: HashMap<SystemTime, u32> = HashMap::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let key = if overflow {
+                        format!("t{t}-{i}")
+                    } else {
+                        "victim".to_owned()
+                    };
+                    let before = clock.now();
+                    let decision = now(&limiter, &key, 1);
+                    if decision.allowed && clock.now() == before {
+                        *granted.entry(before).or_default() += 1;
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    ticker.join().expect("the clock's thread");
+    let mut granted: HashMap<SystemTime, u32> = HashMap::new();
+    for worker in workers {
+        for (at, n) in worker.join().expect("a deciding thread") {
+            *granted.entry(at).or_default() += n;
+        }
+    }
+    let over = granted.values().filter(|&&n| n > 1).count();
+    assert!(
+        granted.len() > 100,
+        "{algorithm:?}, overflow {overflow}: too few grants seen to judge: {}",
+        granted.len()
+    );
+    assert_eq!(
+        over,
+        0,
+        "{algorithm:?}, overflow {overflow}: {over} of {} clock values granted more than 1",
+        granted.len()
+    );
+}

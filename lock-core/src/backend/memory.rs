@@ -153,9 +153,12 @@ pub struct MemoryBuilder {
 
 impl MemoryBuilder {
     /// Keep at most `max_keys` live callers (default [`DEFAULT_MAX_KEYS`])
-    /// for each GCRA quota of a scope, and as many window entries (one per
-    /// caller and quota) for all fixed- and sliding-window limiters
-    /// together, so memory stays flat under a stream of distinct keys.
+    /// for each GCRA quota of a scope, and as many new callers' window
+    /// entries (one per caller and quota) for all fixed- and sliding-window
+    /// limiters together, so memory stays flat under a stream of distinct
+    /// keys. (A caller the table holds also gets entries for the other
+    /// quotas its policies name, so the table may hold up to `max_keys`
+    /// times the number of window quotas of one scope.)
     /// Past the cap, callers the backend does not know yet share one
     /// overflow caller with the same quota, while the callers it knows
     /// keep their own state: a client that rotates its keys cannot reset

@@ -256,7 +256,10 @@ impl<B: RateBackend> RateLimiter<B> {
 
     /// Forgets `caller`'s state under every quota: its next call is
     /// decided as a new caller's (an administrative reset, or after a
-    /// successful login that earlier failures counted against).
+    /// successful login that earlier failures counted against). In memory,
+    /// while callers past the cap share an overflow state whose limit is
+    /// not whole, a new caller starts from it (see
+    /// [`MemoryBuilder::max_keys`](crate::backend::MemoryBuilder::max_keys)).
     ///
     /// ```
     /// # use lock_core as lock_axum; // lock_axum re-exports these modules as they are

@@ -55,6 +55,8 @@ struct Sliding {
     previous: u64,
     estimate: f64,
     retry: u64,
+    /// Until when the stored state lives: a write never shortens it.
+    kept_until_us: u64,
 }
 
 /// A sliding window's state as seen at one time: the window now, how far
@@ -69,7 +71,15 @@ struct Seen {
 
 impl Seen {
     /// Windows are whole periods of Unix time in milliseconds, as on Redis.
+    /// A state stored in a window after `now_ms` (a decision that read the
+    /// clock before one that stored first, or a clock set back) is seen
+    /// from that window's start, with the whole weight of the window
+    /// before: as it stands, never as an empty window.
     fn of(period: u64, slot: &Option<Entry>, now_ms: u64) -> Seen {
+        let now_ms = match slot.map(|e| e.slot) {
+            Some(Slot::Sliding { window: w, .. }) => now_ms.max(w.saturating_mul(period)),
+            _ => now_ms,
+        };
         let window = now_ms / period;
         let elapsed = now_ms - window * period;
         let (current, previous) = match slot.map(|e| e.slot) {
@@ -130,6 +140,7 @@ fn sliding_window(quotas: &[Quota], slots: &[Option<Entry>], cost: u64, now_us: 
             previous,
             estimate,
             retry,
+            kept_until_us: slot.map_or(0, |e| e.expires_us),
         });
     }
     let (best, writes) = if allowed {
@@ -145,7 +156,7 @@ fn sliding_window(quotas: &[Quota], slots: &[Option<Entry>], cost: u64, now_us: 
                             current: s.current,
                             previous: s.previous,
                         },
-                        expires_us: now_us + 2 * s.period * 1000,
+                        expires_us: (now_us + 2 * s.period * 1000).max(s.kept_until_us),
                     }
                 })
             })
@@ -179,5 +190,52 @@ fn sliding_window(quotas: &[Quota], slots: &[Option<Entry>], cost: u64, now_us: 
         retry: Duration::from_millis(s.retry),
         writes,
         cost: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    /// A decision that read the clock before another stored a later
+    /// window (or after the clock was set back) sees that window as it
+    /// stands: it is refused where the later one is full, and what it
+    /// stores neither rolls the window back nor ends it sooner.
+    #[test]
+    fn a_state_stored_later_than_now_is_seen_as_it_stands() {
+        let quota = Quota::per_second(NonZeroU32::MIN);
+        let later_us = 1_700_000_000_000_000 + 2_000_000;
+        let full = sliding_window(std::slice::from_ref(&quota), &[None], 1, later_us);
+        assert!(full.allowed);
+        let stored = full.writes[0];
+        // Two windows before: on its own an empty window and its empty
+        // predecessor.
+        let earlier_us = later_us - 2_000_000;
+        let stale = sliding_window(std::slice::from_ref(&quota), &[stored], 1, earlier_us);
+        assert!(!stale.allowed, "{stale:?}");
+        // With room in the later window, a stale decision adds to it and
+        // keeps its end.
+        let wide = Quota::per_second(NonZeroU32::new(3).expect("3"));
+        let first = sliding_window(std::slice::from_ref(&wide), &[None], 1, later_us);
+        let kept = first.writes[0].expect("a write");
+        let stale = sliding_window(std::slice::from_ref(&wide), &[Some(kept)], 1, earlier_us);
+        assert!(stale.allowed);
+        let written = stale.writes[0].expect("a write");
+        assert_eq!(written.expires_us, kept.expires_us);
+        match (written.slot, kept.slot) {
+            (
+                Slot::Sliding {
+                    window, current, ..
+                },
+                Slot::Sliding {
+                    window: w,
+                    current: c,
+                    ..
+                },
+            ) => assert_eq!((window, current), (w, c + 1)),
+            other => panic!("{other:?}"),
+        }
     }
 }
