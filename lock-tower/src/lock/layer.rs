@@ -111,9 +111,10 @@ impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
 
     /// Lock names are `<scope>:<key>` (default scope `http`), so that code
     /// of the application can take the same lock by name. Two layers whose
-    /// requests must never wait on each other need scopes that are not
-    /// one another's prefix up to a `:` (`orders` with key `v2:7` is the
-    /// lock `orders:v2` with key `7`); a scope without `:` never is.
+    /// requests must never wait on each other need scopes neither of which
+    /// is the other followed by `:` (scope `orders` with key `v2:7` names
+    /// the lock of scope `orders:v2` with key `7`); layers whose scopes
+    /// have no `:` never meet.
     pub fn scope(mut self, scope: &str) -> Self {
         self.locking.scope = Arc::from(scope);
         let layer = match self.locking.mode {

@@ -7,11 +7,10 @@
 //! state with the same quota: a flood of distinct keys neither grows
 //! memory nor resets the limits of callers already known. A caller given
 //! a place starts where the overflow state stands, so that what it took
-//! there stays taken. Idle callers
-//! (whose state is that of a fresh one, by governor's `retain_recent`
-//! rule) are swept shard by shard, each by the new caller that finds its
-//! shard due: after enough new callers came into it, and not more than
-//! once a second unless the shard is full.
+//! there stays taken. Idle callers (whose state is that of a fresh one, by
+//! governor's `retain_recent` rule) are swept shard by shard, each by the
+//! new caller that finds its shard due: after enough new callers came into
+//! it, and not more than once a second unless the shard is full.
 //!
 //! governor hands its state store the caller's theoretical arrival time
 //! before and after each decision, and reads its clock once per decision:
