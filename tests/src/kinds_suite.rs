@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::lock::{Fence, Lock, LockBackend, LockOptions, Owner, ReentrantLock, Semaphore};
+use lock_core::Error;
+use lock_core::lock::{
+    Fence, Lock, LockBackend, LockOptions, MAX_PERMITS, Owner, ReentrantLock, Semaphore,
+};
 use rand::Rng;
 
 use crate::{eventually, within};
@@ -256,6 +259,47 @@ pub async fn semaphore_bounds_holders<B: LockBackend>(backend: B) {
     assert_eq!(sem.permits(), 3);
 }
 
+/// A semaphore has at most `MAX_PERMITS` permits, and a holder of all of
+/// them takes and gives them back in one call each.
+pub async fn semaphore_permits_are_bounded<B: LockBackend>(backend: B) {
+    assert!(matches!(
+        Semaphore::new(backend.clone(), "sem-big", permits(MAX_PERMITS + 1)),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let sem = Semaphore::new(backend, "sem-big", permits(MAX_PERMITS)).expect("valid");
+    let all = sem
+        .try_acquire_many(permits(MAX_PERMITS))
+        .await
+        .expect("backend")
+        .expect("a free semaphore grants");
+    assert!(sem.try_acquire().await.expect("backend").is_none());
+    assert!(all.release().await.expect("backend"));
+    assert!(sem.try_acquire().await.expect("backend").is_some());
+}
+
+/// A reentrant fair lock entered without fencing and re-entered by a lock
+/// that asks for it hands the re-entry a fencing token.
+pub async fn fair_reentry_with_fencing_gets_a_token<B: LockBackend>(backend: B) {
+    let options = LockOptions::new().lease(LONG).fair(true);
+    let plain =
+        ReentrantLock::with_options(backend.clone(), "fair-fenced-re", options).expect("valid");
+    let fenced = ReentrantLock::with_options(backend, "fair-fenced-re", options.fencing(true))
+        .expect("valid");
+    let me = Owner::new();
+    let outer = plain.try_lock(&me).await.expect("backend").expect("free");
+    let inner = fenced
+        .try_lock(&me)
+        .await
+        .expect("backend")
+        .expect("re-enters");
+    assert!(
+        inner.fencing_token().is_some(),
+        "a fenced re-entry without a token"
+    );
+    assert!(inner.release().await.expect("backend"));
+    assert!(outer.release().await.expect("backend"));
+}
+
 /// A crashed holder's permit comes back when its lease ends; a watched one
 /// stays taken.
 pub async fn semaphore_permits_expire<B: LockBackend>(backend: B) {
@@ -378,6 +422,7 @@ macro_rules! kinds_suite {
             reentrant_cancellation_keeps_the_count, fair_lock_is_fifo,
             fair_lock_skips_waiters_that_left, fair_mutual_exclusion,
             semaphore_bounds_holders, semaphore_permits_expire,
+            semaphore_permits_are_bounded, fair_reentry_with_fencing_gets_a_token,
             fencing_refuses_stale_holders);
     };
     (@seq $backend:expr; $($case:ident),* $(,)?) => {

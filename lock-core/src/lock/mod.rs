@@ -118,7 +118,7 @@ pub use self::read_write::ReadWriteLock;
 #[cfg(feature = "redis")]
 pub use self::redlock::{DEFAULT_PER_SERVER_TIMEOUT, Redlock};
 pub use self::reentrant::{Owner, ReentrantLock};
-pub use self::semaphore::Semaphore;
+pub use self::semaphore::{MAX_PERMITS, Semaphore};
 use crate::error::Result;
 use crate::name::Name;
 

@@ -35,11 +35,18 @@ pub struct Semaphore<B> {
     permits: NonZeroU32,
 }
 
+/// The most permits a [`Semaphore`] has. On Redis a holder keeps one
+/// member per permit it holds, and a call changes them all at once: more
+/// would hold up the server for every call, and a release could not name
+/// them all in one script call.
+pub const MAX_PERMITS: u32 = 4096;
+
 impl<B: LockBackend> Semaphore<B> {
     /// A semaphore named `name` with `permits` permits and default options.
     ///
     /// # Errors
-    /// As [`Lock::new`].
+    /// As [`Lock::new`], and [`Error::InvalidArgument`] for more than
+    /// [`MAX_PERMITS`] permits.
     pub fn new(backend: B, name: impl AsRef<str>, permits: NonZeroU32) -> Result<Self> {
         Self::with_options(backend, name, permits, LockOptions::new())
     }
@@ -48,7 +55,8 @@ impl<B: LockBackend> Semaphore<B> {
     ///
     /// # Errors
     /// As [`Lock::with_options`], and [`Error::InvalidArgument`] when
-    /// `options` ask for fencing tokens or fairness.
+    /// `options` ask for fencing tokens or fairness, or for more than
+    /// [`MAX_PERMITS`] permits.
     pub fn with_options(
         backend: B,
         name: impl AsRef<str>,
@@ -59,6 +67,12 @@ impl<B: LockBackend> Semaphore<B> {
             return Err(Error::invalid_argument(
                 "options",
                 "semaphore permits are neither fenced nor fair",
+            ));
+        }
+        if permits.get() > MAX_PERMITS {
+            return Err(Error::invalid_argument(
+                "permits",
+                "at most 4096 (lock::MAX_PERMITS): on Redis each permit held is a member",
             ));
         }
         let kind = Kind::Semaphore {

@@ -61,18 +61,20 @@ impl LockTable {
         let now = Instant::now();
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (kind.tag(), name.clone());
-        let mut slot = slots.remove(&key);
-        if slot.as_mut().is_some_and(|s| !s.prune(now)) {
-            slot = None;
+        // The state is changed where it lies, never taken out of the table
+        // for the step: a step that panicked would otherwise take the
+        // lock's holders with it, and the lock would look free.
+        if !slots.get_mut(&key).is_some_and(|s| s.prune(now)) {
+            slots.remove(&key);
+            if !free {
+                return None;
+            }
+            slots.insert(key.clone(), kind.module(|k| k.memory_state()));
         }
-        let mut slot = match slot {
-            Some(slot) => slot,
-            None if free => kind.module(|k| k.memory_state()),
-            None => return None,
-        };
-        let out = f(&mut *slot, now);
-        if slot.prune(now) {
-            slots.insert(key, slot);
+        let slot = slots.get_mut(&key)?;
+        let out = f(&mut **slot, now);
+        if !slot.prune(now) {
+            slots.remove(&key);
         }
         Some(out)
     }

@@ -67,6 +67,12 @@ impl Line {
             holder.acquisitions.insert(request.token.into());
             holder.expires = holder.expires.max(until);
             self.queue.retain(|(t, _)| &**t != request.token);
+            // A holding granted without a fencing token gets one now, if
+            // this acquisition asks for it (as the script and the plain
+            // reentrant lock do).
+            if holder.fence.is_none() {
+                holder.fence = fence();
+            }
             let fence = holder.fence;
             return (Attempt::Acquired { fence }, None);
         }

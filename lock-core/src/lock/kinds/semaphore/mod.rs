@@ -129,10 +129,11 @@ impl Held for Permits {
         };
         let token: Token = request.token.into();
         let held = self.0.contains_key(&token);
-        let taken: u32 = self.0.values().map(|(_, n)| n).sum();
+        // In u64: the permits of several holders may pass u32 between them.
+        let taken: u64 = self.0.values().map(|(_, n)| u64::from(*n)).sum();
         // A free semaphore grants any count (a semaphore never asks for
         // more than it has).
-        if self.0.is_empty() || held || taken + count.get() <= max.get() {
+        if self.0.is_empty() || held || taken + u64::from(count.get()) <= u64::from(max.get()) {
             self.0.insert(token, (now + request.lease, count.get()));
             let fence = request.fencing.then(fence);
             return (Attempt::Acquired { fence }, Wake::Nobody);
@@ -166,7 +167,9 @@ impl Held for Permits {
     }
 
     fn state(&self, now: Instant) -> Option<LockState> {
-        let taken = self.0.values().map(|(_, n)| n).sum();
+        // Never more than the permits (a u32) while the limit holds.
+        let taken = self.0.values().map(|(_, n)| u64::from(*n)).sum::<u64>();
+        let taken = u32::try_from(taken).unwrap_or(u32::MAX);
         let (token, (expires, _)) = self.0.iter().min_by_key(|(_, (expires, _))| *expires)?;
         Some(LockState::new(taken, ms(*expires, now), token))
     }
