@@ -96,7 +96,7 @@ impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
                 wait: DEFAULT_LOCK_WAIT,
                 busy_status: StatusCode::LOCKED,
                 hold_body: false,
-                cancel_on_loss: false,
+                cancel_on_loss: true,
                 failure: Failure {
                     policy: OnBackendFailure::FailClosed,
                     timeout: DEFAULT_LOCK_TIMEOUT,
@@ -183,14 +183,27 @@ impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
         self
     }
 
-    /// Cancel the handler (and answer 503) when the lock's lease is lost.
+    /// Cancel the handler (and answer 503 `Lock lease lost`) when the
+    /// lock's lease is lost: its renewal found the lock gone, or could not
+    /// reach the backend before the lease ran out (default on). Another
+    /// request may take the key from then on, so the handler is stopped at
+    /// its next `.await` rather than left running beside it. Turn it off
+    /// only for a handler that must run to its end whatever happens; it
+    /// may then overlap the next holder (a fencing token, see
+    /// [`HeldLock::fencing_token`](crate::HeldLock::fencing_token), lets
+    /// the resource refuse its late writes).
     pub fn cancel_on_lease_loss(mut self, on: bool) -> Self {
         self.locking.cancel_on_loss = on;
         self
     }
 
     /// What to do when the backend fails (default fail closed: 503). With
-    /// `Fallback`, requests are serialized per instance by a local lock.
+    /// `Fallback`, requests that find the backend failing are serialized
+    /// per instance by a local lock, which does not see the requests that
+    /// took the backend's lock before it failed (nor, once it answers
+    /// again, the backend those still holding the local one): while it
+    /// switches, two requests of one key may run at once, on one instance
+    /// too. Keep the default where they never may.
     pub fn on_backend_failure(mut self, policy: OnBackendFailure) -> Self {
         self.locking.failure.policy = policy;
         self
