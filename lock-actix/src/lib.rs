@@ -27,8 +27,9 @@
 //! tower/axum side. Refusals are [`Rejection`]s, which implement
 //! [`ResponseError`](https://docs.rs/actix-web/4/actix_web/trait.ResponseError.html).
 //! Locks are released on the
-//! actix worker's own runtime when their guard drops, also when a client
-//! disconnects and actix drops the handler.
+//! actix worker's own runtime when their guard drops. actix-web serves a
+//! request whose client went away to its end (it does not drop the
+//! handler), so its lock is held until its handler is done.
 //!
 //! Path parameters ([`key::PathParam`]) are known in extractors and in
 //! middleware on a resource or scope (`web::resource(..).wrap`), not in

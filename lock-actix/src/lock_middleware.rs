@@ -3,9 +3,9 @@
 use std::future::{Ready, ready};
 use std::rc::Rc;
 
+use actix_web::HttpResponse;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
-use actix_web::{HttpRequest, HttpResponse};
 use futures_util::future::LocalBoxFuture;
 use lock_core::lock::LockBackend;
 use lock_tower::adapter::RequestInfo;
@@ -18,13 +18,17 @@ use lock_tower::{HeldLock, Refusal};
 
 use crate::body::HeldBody;
 use crate::convert::{View, to_actix};
+use crate::rejection::Rejection;
 
 /// Per-key lock (or concurrency limit) middleware, configured as a
 /// [`LockLayer`] (or [`ConcurrencyLimitLayer`]):
 /// `web::resource("/orders/{id}/pay").wrap(LockMiddleware::new(layer))`.
-/// The lock is held until the response is produced, or until its body has
-/// been sent with [`LockLayer::hold_until_body_sent`], and released at
-/// once if the client goes away.
+/// The lock is held until the response is produced (and released before it
+/// goes out), or until its body has been sent with
+/// [`LockLayer::hold_until_body_sent`]. actix-web serves a request whose
+/// client went away to its end (it does not drop the service's future), so
+/// a request waiting for the lock still takes it and runs its handler, and
+/// one holding it keeps it until its handler is done.
 ///
 /// A key from a path parameter ([`PathParam`](lock_tower::key::PathParam))
 /// needs the middleware on the resource or scope (`web::resource(..).wrap`,
@@ -108,22 +112,25 @@ where
                 }
             };
             let response = match held.as_mut() {
+                // The request is not cloned for the 503: a clone held while
+                // the service runs keeps actix-web from changing it.
                 Some(lock) if locker.cancels_on_lease_loss() => {
-                    let http_request = request.request().clone();
-                    let call = service.call(request);
-                    match unless_lease_lost(call, lock).await {
+                    match unless_lease_lost(service.call(request), lock).await {
                         Some(response) => response?,
-                        None => return Ok(lease_lost(http_request)),
+                        None => return Err(lease_lost()),
                     }
                 }
                 _ => service.call(request).await?,
             };
-            // Released now, or once the body has been sent.
-            let held = if locker.holds_until_body_sent() {
-                held
-            } else {
-                drop(held);
-                None
+            // Released before the response goes out (as the tower layer
+            // does), so that a client that sends its next request at once
+            // finds the key free; or once the body has been sent.
+            let held = match held {
+                Some(held) if !locker.holds_until_body_sent() => {
+                    held.release().await;
+                    None
+                }
+                held => held,
             };
             Ok(response.map_body(|_, body| EitherBody::left(HeldBody::new(body, held))))
         })
@@ -141,7 +148,12 @@ async fn unless_lease_lost<F: Future>(call: F, held: &mut HeldLock) -> Option<F:
 }
 
 /// 503: the handler was cancelled when the lock's lease was lost.
-fn lease_lost<B>(request: HttpRequest) -> ServiceResponse<EitherBody<B>> {
-    let response = HttpResponse::ServiceUnavailable().body("Lock lease lost\n");
-    ServiceResponse::new(request, response).map_into_right_body()
+fn lease_lost() -> actix_web::Error {
+    let mut response = http::Response::new(bytes::Bytes::from_static(b"Lock lease lost\n"));
+    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    Rejection(response).into()
 }
