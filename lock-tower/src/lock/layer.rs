@@ -282,7 +282,9 @@ pub struct ConcurrencyLimitLayerWith<B, K, R>(LockLayerWith<B, K, R>);
 
 impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> ConcurrencyLimitLayerWith<B, K, R> {
     /// At most `permits` requests per key at once; permits have a 30 s
-    /// watchdog lease, so a crashed instance's permits come back.
+    /// watchdog lease, so a crashed instance's permits come back. `permits`
+    /// is at most [`MAX_PERMITS`](lock_core::lock::MAX_PERMITS): past it,
+    /// every request is answered 500 and the reason logged.
     pub fn new(backend: B, key: K, permits: NonZeroU32) -> Self {
         let mut layer = LockLayerWith::new(backend, key)
             .wait(Duration::ZERO)
