@@ -278,7 +278,8 @@ pub async fn semaphore_permits_are_bounded<B: LockBackend>(backend: B) {
 }
 
 /// A reentrant fair lock entered without fencing and re-entered by a lock
-/// that asks for it hands the re-entry a fencing token.
+/// that asks for it hands the re-entry a fencing token, and a re-entry
+/// that does not ask none.
 pub async fn fair_reentry_with_fencing_gets_a_token<B: LockBackend>(backend: B) {
     let options = LockOptions::new().lease(LONG).fair(true);
     let plain =
@@ -296,6 +297,13 @@ pub async fn fair_reentry_with_fencing_gets_a_token<B: LockBackend>(backend: B) 
         inner.fencing_token().is_some(),
         "a fenced re-entry without a token"
     );
+    let unasked = plain
+        .try_lock(&me)
+        .await
+        .expect("backend")
+        .expect("re-enters");
+    assert_eq!(unasked.fencing_token(), None, "a token nobody asked for");
+    assert!(unasked.release().await.expect("backend"));
     assert!(inner.release().await.expect("backend"));
     assert!(outer.release().await.expect("backend"));
 }

@@ -37,6 +37,8 @@ pub(super) struct Request<'a> {
     pub(super) token: &'a str,
     pub(super) owner: Option<&'a str>,
     pub(super) lease: Duration,
+    /// Whether it asks for a fencing token.
+    pub(super) fencing: bool,
 }
 
 impl Line {
@@ -68,12 +70,12 @@ impl Line {
             holder.expires = holder.expires.max(until);
             self.queue.retain(|(t, _)| &**t != request.token);
             // A holding granted without a fencing token gets one now, if
-            // this acquisition asks for it (as the script and the plain
-            // reentrant lock do).
-            if holder.fence.is_none() {
+            // this acquisition asks for it; an acquisition that does not
+            // ask gets none (as the script and the plain reentrant lock).
+            if request.fencing && holder.fence.is_none() {
                 holder.fence = fence();
             }
-            let fence = holder.fence;
+            let fence = holder.fence.filter(|_| request.fencing);
             return (Attempt::Acquired { fence }, None);
         }
         let first = self.queue.front().map(|(t, _)| t.clone());

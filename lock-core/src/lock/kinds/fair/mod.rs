@@ -182,6 +182,7 @@ impl Held for Line {
             token: request.token,
             owner: request.owner,
             lease: request.lease,
+            fencing: request.fencing,
         };
         let (attempt, nudge) = Line::acquire(self, &fair, now, || request.fencing.then(fence));
         (attempt, head(nudge))
