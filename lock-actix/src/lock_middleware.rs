@@ -127,7 +127,7 @@ where
             // finds the key free; or once the body has been sent.
             let held = match held {
                 Some(held) if !locker.holds_until_body_sent() => {
-                    held.release().await;
+                    locker.release(held).await;
                     None
                 }
                 held => held,

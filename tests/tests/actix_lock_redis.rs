@@ -35,3 +35,43 @@ async fn the_next_request_after_an_answer_finds_the_key_free() {
         assert_eq!(next.status, StatusCode::OK, "round {round}: {next:?}");
     }
 }
+
+/// The release before the response is bounded by the layer's decision
+/// timeout, as on the tower side: a Redis that stops answering while the
+/// handler runs delays the response by about that, not by the
+/// connection's own timeouts and retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_to_a_paused_redis_delays_the_answer_by_the_decision_timeout_at_most() {
+    let (server, backend) = lock_tests::redis_backend().await;
+    let server = std::sync::Arc::new(server);
+    let decision = Duration::from_millis(500);
+    let lock = lock_actix::LockMiddleware::new(
+        LockLayer::new(backend, PathKey).decision_timeout(decision),
+    );
+    let addr = {
+        let server = server.clone();
+        lock_tests::http::actix(move || {
+            let server = server.clone();
+            actix_web::App::new().service(web::scope("").wrap(lock.clone()).route(
+                "/k",
+                web::get().to(move || {
+                    let server = server.clone();
+                    async move {
+                        // Redis stops answering while the lock is held.
+                        server.pause();
+                        HttpResponse::Ok().body("ok")
+                    }
+                }),
+            ))
+        })
+    };
+    let started = std::time::Instant::now();
+    let reply = TestClient::new()
+        .get(&format!("http://{addr}/k"), &[])
+        .await;
+    let took = started.elapsed();
+    server.resume();
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    // Generous: the bound is one decision timeout.
+    assert!(took < decision * 4, "answered after {took:?}");
+}

@@ -43,6 +43,19 @@ impl Inside {
     }
 }
 
+/// `/k`, whose handler holds its key for four seconds.
+fn routes(inside: &Arc<Inside>) -> Router {
+    let inside = inside.clone();
+    let handler = move || {
+        let inside = inside.clone();
+        async move {
+            inside.visit().await;
+            "done"
+        }
+    };
+    Router::new().route("/k", get(handler))
+}
+
 /// The layer's defaults but for a short watched lease, on a connection
 /// that gives up on a paused server quickly.
 async fn layer(server: &RedisServer) -> LockLayer<RedisBackend, PathKey> {
@@ -91,19 +104,7 @@ async fn lose_the_lease_mid_request(server: &RedisServer, url: &str, inside: &In
 async fn a_lease_lost_mid_request_stops_the_handler_on_tower() {
     let server = RedisServer::start();
     let inside = Arc::new(Inside::default());
-    let handler = {
-        let inside = inside.clone();
-        move || {
-            let inside = inside.clone();
-            async move {
-                inside.visit().await;
-                "done"
-            }
-        }
-    };
-    let app = Router::new()
-        .route("/k", get(handler))
-        .layer(layer(&server).await);
+    let app = routes(&inside).layer(layer(&server).await);
     let http = TestServer::start(app).await;
     lose_the_lease_mid_request(&server, &http.url("/k"), &inside).await;
 }
@@ -133,4 +134,38 @@ async fn a_lease_lost_mid_request_stops_the_handler_on_actix() {
         })
     };
     lose_the_lease_mid_request(&server, &format!("http://{addr}/k"), &inside).await;
+}
+
+/// A fixed lease (no watchdog) that runs out while the handler still runs
+/// stops it too, in memory as on Redis, and the 503 is the layer's own
+/// answer: an outer rate limit adds no `RateLimit` fields to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_that_runs_out_stops_the_handler_with_the_layers_own_503() {
+    use lock_core::backend::MemoryBackend;
+    use lock_core::rate::{Algorithm, Policy, Quota, RateLimiter};
+    use lock_tower::RateLimitLayer;
+    use lock_tower::key::GlobalKey;
+    let inside = Arc::new(Inside::default());
+    let lock = LockLayer::new(MemoryBackend::new(), PathKey)
+        .lock_options(LockOptions::new().lease(Duration::from_millis(300)));
+    let quota = Quota::per_minute(std::num::NonZeroU32::new(100).expect("100"));
+    let limiter = RateLimiter::new(
+        MemoryBackend::new(),
+        "outer",
+        Policy::new(Algorithm::Gcra).quota(quota),
+    )
+    .expect("limiter");
+    let app = routes(&inside)
+        .layer(lock)
+        .layer(RateLimitLayer::new(limiter, GlobalKey::new()).headers_on_success(true));
+    let http = TestServer::start(app).await;
+    let reply = TestClient::new().get(&http.url("/k"), &[]).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(reply.text().contains("lease lost"), "{reply:?}");
+    assert!(reply.headers.get("ratelimit").is_none(), "{reply:?}");
+    assert_eq!(
+        inside.now.load(Ordering::SeqCst),
+        0,
+        "the handler was stopped"
+    );
 }

@@ -50,7 +50,7 @@ mod handler;
 pub use self::handler::{HandlerDecision, HandlerLock};
 use crate::key::{HeadersRead, KeyExtractor, RequestParts};
 pub use crate::lock::LockVerdict;
-use crate::lock::{ConcurrencyLimitLayerWith, LockLayerWith};
+use crate::lock::{ConcurrencyLimitLayerWith, HeldLock, LockLayerWith};
 use crate::rate_limit::ErasedDecision;
 use crate::rate_limit::RateLimitLayerWith;
 pub use crate::rate_limit::RateVerdict;
@@ -128,6 +128,7 @@ trait AcquireLock: Send + Sync {
     fn cancels_on_lease_loss(&self) -> bool;
     fn holds_until_body_sent(&self) -> bool;
     fn headers_read(&self) -> HeadersRead<'_>;
+    fn release_timeout(&self) -> std::time::Duration;
 }
 
 impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> AcquireLock for LockLayerWith<B, K, R> {
@@ -145,6 +146,10 @@ impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> AcquireLock for LockLayerW
 
     fn headers_read(&self) -> HeadersRead<'_> {
         LockLayerWith::headers_read(self)
+    }
+
+    fn release_timeout(&self) -> std::time::Duration {
+        LockLayerWith::release_timeout(self)
     }
 }
 
@@ -186,6 +191,14 @@ impl SharedLock {
     /// See [`LockLayer::headers_read`].
     pub fn headers_read(&self) -> HeadersRead<'_> {
         self.0.headers_read()
+    }
+
+    /// Releases `held` as the layer's services do before a response goes
+    /// out: in the foreground, so that the client's next request finds the
+    /// key free, and for at most the layer's decision timeout (the lease
+    /// covers a release that does not finish).
+    pub async fn release(&self, held: HeldLock) {
+        let _ = tokio::time::timeout(self.0.release_timeout(), held.release()).await;
     }
 }
 

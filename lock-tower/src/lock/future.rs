@@ -9,7 +9,7 @@ use pin_project::pin_project;
 use tower::Service;
 
 use crate::body::GuardedBody;
-use crate::response::plain;
+use crate::response::{Refusal, plain};
 
 use super::{HeldLock as Acquired, LockVerdict as Verdict};
 
@@ -118,8 +118,10 @@ where
                             {
                                 tracing::warn!("lock lease lost; cancelling the handler");
                                 this.state.set(State::Done);
-                                let response =
+                                let mut response =
                                     plain(StatusCode::SERVICE_UNAVAILABLE, "Lock lease lost\n");
+                                // The layer's own answer, as its refusals.
+                                response.extensions_mut().insert(Refusal);
                                 return Poll::Ready(Ok(response.map(GuardedBody::from)));
                             }
                             return Poll::Pending;

@@ -79,7 +79,9 @@ pub struct LockLayerWith<B, K, R> {
 impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
     /// One request at a time per key. Defaults: wait up to
     /// [`DEFAULT_LOCK_WAIT`] for a busy key (then 503 with `Retry-After`), a
-    /// 30 s watchdog lease, release when the response is produced, fail
+    /// 30 s watchdog lease, release when the response is produced, a
+    /// handler whose lease is lost stopped with a 503
+    /// ([`cancel_on_lease_loss`](Self::cancel_on_lease_loss)), fail
     /// closed (503) when the backend fails, [`MissingKey::Reject`] for a
     /// request without a usable key (400, or 500 for a set-up problem),
     /// lock names `http:<key>`.
@@ -185,7 +187,9 @@ impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
 
     /// Cancel the handler (and answer 503 `Lock lease lost`) when the
     /// lock's lease is lost: its renewal found the lock gone, or could not
-    /// reach the backend before the lease ran out (default on). Another
+    /// reach the backend before the lease ran out, or (with a fixed lease
+    /// in [`lock_options`](Self::lock_options), no watchdog) the lease ran
+    /// out while the handler still ran (default on). Another
     /// request may take the key from then on, so the handler is stopped at
     /// its next `.await` rather than left running beside it. Turn it off
     /// only for a handler that must run to its end whatever happens; it
@@ -232,6 +236,12 @@ impl<B: LockBackend, K: KeyExtractor, R: RequestInfo> LockLayerWith<B, K, R> {
     /// Whether handlers are cancelled when the lease is lost.
     pub fn cancels_on_lease_loss(&self) -> bool {
         self.locking.cancel_on_loss
+    }
+
+    /// How long a release before the response may take: the decision
+    /// timeout, as for every call of the layer's.
+    pub(crate) fn release_timeout(&self) -> Duration {
+        self.locking.failure.timeout
     }
 
     /// Whether the lock is held until the response body has been sent.
