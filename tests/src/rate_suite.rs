@@ -231,7 +231,7 @@ pub async fn bad_input_is_rejected<B: RateBackend>(backend: B, algorithm: Algori
     ));
     if algorithm == Algorithm::Gcra {
         // A burst window over a year is refused; one of a year is decided.
-        let year = Duration::from_secs(365 * 24 * 3600);
+        let year = lock_core::rate::MAX_PERIOD;
         let one_a_year = |burst| {
             let quota = Quota::new(nz(1), year).expect("a year").burst(nz(burst));
             Policy::new(algorithm).quota(quota)

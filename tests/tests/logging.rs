@@ -67,7 +67,7 @@ async fn serving_without_connect_info_is_logged_once_with_the_fix() {
 
     // A request without the header its key comes from: 400, not logged.
     let user = http::HeaderName::from_static("x-user-id");
-    let by_user = RateLimitLayer::new(limiter("user"), HeaderKey::new(user));
+    let by_user = RateLimitLayer::new(limiter("user"), HeaderKey::new(user.clone()));
     let addr = serve_plainly(
         Router::new()
             .route("/", get(|| async { "ok" }))
@@ -90,14 +90,13 @@ async fn serving_without_connect_info_is_logged_once_with_the_fix() {
 
     // A request costing more than the quota ever allows: the client's 400,
     // and one warning in case the cost comes from the set-up.
-    let costed =
-        RateLimitLayer::new(limiter("costed"), HeaderKey::new(user_header())).cost(|request| {
-            request
-                .headers
-                .get("x-cost")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(1)
-        });
+    let costed = RateLimitLayer::new(limiter("costed"), HeaderKey::new(user)).cost(|request| {
+        request
+            .headers
+            .get("x-cost")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    });
     let addr = serve_plainly(
         Router::new()
             .route("/", get(|| async { "ok" }))
@@ -119,8 +118,4 @@ async fn serving_without_connect_info_is_logged_once_with_the_fix() {
         text.contains("raise the smallest quota's limit or burst"),
         "the fix is in the log: {text}"
     );
-}
-
-fn user_header() -> http::HeaderName {
-    http::HeaderName::from_static("x-user-id")
 }
